@@ -1,0 +1,76 @@
+/* core/dtype.c: dtype and device facts, bf16 conversion. */
+#include "internal.h"
+
+#include <string.h>
+
+#ifdef TG_HAVE_CUDA
+int tg_cuda_device_count(void); /* kernels/cuda/device.cu */
+#endif
+
+static const struct {
+    const char *name;
+    size_t size;
+    bool is_float;
+} dtype_info[TG_DTYPE_COUNT] = {
+    [TG_F32] = {"f32", 4, true},
+    [TG_F64] = {"f64", 8, true},
+    [TG_BF16] = {"bf16", 2, true},
+    [TG_I32] = {"i32", 4, false},
+};
+
+static bool dtype_valid(tg_dtype dtype) { return (unsigned)dtype < TG_DTYPE_COUNT; }
+
+const char *tg_dtype_name(tg_dtype dtype) { return dtype_valid(dtype) ? dtype_info[dtype].name : "invalid-dtype"; }
+
+size_t tg_dtype_size(tg_dtype dtype) { return dtype_valid(dtype) ? dtype_info[dtype].size : 0; }
+
+bool tg_dtype_is_float(tg_dtype dtype) { return dtype_valid(dtype) && dtype_info[dtype].is_float; }
+
+const char *tg_device_name(tg_device device)
+{
+    switch (device) {
+    case TG_DEVICE_CPU: return "cpu";
+    case TG_DEVICE_CUDA: return "cuda";
+    case TG_DEVICE_AUTO: return "auto";
+    default: return "invalid-device";
+    }
+}
+
+bool tg_device_available(tg_device device)
+{
+    switch (device) {
+    case TG_DEVICE_CPU: return true;
+    case TG_DEVICE_CUDA:
+#ifdef TG_HAVE_CUDA
+        return tg_cuda_device_count() > 0;
+#else
+        return false;
+#endif
+    default: return false;
+    }
+}
+
+tg_device tg_device_resolve(tg_device device)
+{
+    if (device != TG_DEVICE_AUTO) return device;
+    return tg_device_available(TG_DEVICE_CUDA) ? TG_DEVICE_CUDA : TG_DEVICE_CPU;
+}
+
+/* bf16 is the top half of an IEEE float32. */
+float tg_bf16_to_f32(uint16_t value)
+{
+    uint32_t bits = (uint32_t)value << 16;
+    float out;
+    memcpy(&out, &bits, sizeof out);
+    return out;
+}
+
+uint16_t tg_f32_to_bf16(float value)
+{
+    uint32_t bits;
+    memcpy(&bits, &value, sizeof bits);
+    if ((bits & 0x7f800000u) == 0x7f800000u && (bits & 0x007fffffu))
+        return (uint16_t)((bits >> 16) | 0x0040u); /* keep NaN a (quiet) NaN */
+    uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u); /* round to nearest, ties to even */
+    return (uint16_t)((bits + rounding) >> 16);
+}

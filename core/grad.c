@@ -1,0 +1,57 @@
+/* core/grad.c: the one function that sums gradients into ->grad, and the reduction
+ * that undoes broadcasting. */
+#include "internal.h"
+
+#include <string.h>
+
+/* out[...] += in[...] over `shape`, with any strides (0 where `out` is broadcast). */
+static void add_strided(char *out, tg_dtype out_dtype, const int64_t *out_strides, const char *in,
+                        tg_dtype in_dtype, const int64_t *in_strides, int ndim, const int64_t *shape)
+{
+    tg_iter it;
+    tg_iter_init(&it, ndim, shape, 2, (const int64_t *[]){out_strides, in_strides});
+    if (it.empty) return;
+    do {
+        for (int64_t j = 0; j < it.row_length; j++) {
+            int64_t o = it.offset[0] + j * it.row_stride[0];
+            double sum = tg_load(out, out_dtype, o) + tg_load(in, in_dtype, it.offset[1] + j * it.row_stride[1]);
+            tg_store(out, out_dtype, o, sum);
+        }
+    } while (tg_iter_next_row(&it));
+}
+
+tg_status tg_accumulate_grad(tg_tape *tape, tg_tensor *t, const tg_tensor *g)
+{
+    if (!tg_same_shape(t, g)) {
+        const char *names[2] = {"tensor", "gradient"};
+        const tg_tensor *tensors[2] = {t, g};
+        return tg_error_tensors(TG_ERR_INVALID, 2, names, tensors,
+                                "%s backward: gradient shape differs from its tensor",
+                                t->producer ? t->producer->op : "leaf");
+    }
+    if (!t->grad) {
+        t->grad = tg_zeros(tape, t->dtype, t->device, t->ndim, t->shape);
+        if (!t->grad) return TG_ERR_NOMEM;
+    }
+    if (t->device != TG_DEVICE_CPU || g->device != TG_DEVICE_CPU) return tg_error_no_kernel("tg_accumulate_grad", t->device);
+    add_strided(tg_bytes(t->grad), t->grad->dtype, t->grad->strides, tg_bytes(g), g->dtype, g->strides, t->ndim,
+                t->shape);
+    return TG_OK;
+}
+
+tg_tensor *tg_reduce_to_shape(tg_tape *tape, const tg_tensor *g, int ndim, const int64_t *shape)
+{
+    tg_tensor *out = tg_zeros(tape, g->dtype, g->device, ndim, shape);
+    if (!out) return NULL;
+    /* Strides of out seen in g's index space: 0 where out is broadcast (missing or 1). */
+    int64_t out_strides[TG_MAX_DIMS] = {0};
+    int lead = g->ndim - ndim;
+    for (int i = 0; i < ndim; i++)
+        out_strides[lead + i] = shape[i] == 1 && g->shape[lead + i] != 1 ? 0 : out->strides[i];
+    if (g->device != TG_DEVICE_CPU) {
+        tg_error_no_kernel("tg_reduce_to_shape", g->device);
+        return NULL;
+    }
+    add_strided(tg_bytes(out), out->dtype, out_strides, tg_bytes(g), g->dtype, g->strides, g->ndim, g->shape);
+    return out;
+}

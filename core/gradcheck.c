@@ -1,0 +1,198 @@
+/* core/gradcheck.c: analytic gradients against float64 central differences. */
+#include "internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+tg_gradcheck_options tg_gradcheck_defaults(void)
+{
+    return (tg_gradcheck_options){
+        .eps = 1e-6, .atol = 1e-6, .rtol = 1e-4, .max_elements_per_input = 256, .n_directions = 4, .seed = 1};
+}
+
+typedef struct {
+    tg_gradcheck_fn fn;
+    tg_tensor *const *inputs;
+    int n_inputs;
+    void *user_data;
+    tg_tape *tape;
+} checked_function;
+
+/* f(inputs) on a fresh, non-recording tape. */
+static tg_status evaluate(checked_function *f, double *value)
+{
+    tg_tape_reset(f->tape);
+    tg_tensor *out = f->fn(f->tape, f->inputs, f->n_inputs, f->user_data);
+    if (!out) return TG_ERR_INVALID; /* the function's own error message stays */
+    if (tg_numel(out) != 1)
+        return tg_error(TG_ERR_INVALID, "tg_gradcheck: the function must return one element, not %lld",
+                        (long long)tg_numel(out));
+    *value = tg_item(out);
+    return TG_OK;
+}
+
+static tg_status check_inputs(tg_gradcheck_fn fn, tg_tensor *const *inputs, int n_inputs,
+                              tg_gradcheck_result *result)
+{
+    if (!fn || !result || (n_inputs > 0 && !inputs) || n_inputs < 0)
+        return tg_error(TG_ERR_INVALID, "tg_gradcheck: fn, inputs and result must not be NULL");
+    int n_checked = 0;
+    for (int i = 0; i < n_inputs; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "input %d", i);
+        if (!tg_check_tensor("tg_gradcheck", name, inputs[i])) return TG_ERR_INVALID;
+        if (!inputs[i]->requires_grad) continue;
+        n_checked++;
+        if (inputs[i]->dtype != TG_F64 || inputs[i]->device != TG_DEVICE_CPU) {
+            const char *names[1] = {name};
+            const tg_tensor *tensors[1] = {inputs[i]};
+            return tg_error_tensors(TG_ERR_DTYPE, 1, names, tensors,
+                                    "tg_gradcheck: inputs that require gradients must be f64 on the cpu");
+        }
+    }
+    if (!n_checked) return tg_error(TG_ERR_INVALID, "tg_gradcheck: no input requires a gradient");
+    return TG_OK;
+}
+
+/* Records one comparison in the result, keeping the worst. */
+static void compare(tg_gradcheck_result *result, const tg_gradcheck_options *opt, int input, int64_t index,
+                    int direction, double analytic, double numeric)
+{
+    double ratio = fabs(analytic - numeric) / (opt->atol + opt->rtol * fabs(numeric));
+    if (isnan(ratio)) ratio = INFINITY;
+    result->n_checked++;
+    if (result->worst_input >= 0 && ratio <= result->worst_ratio) return;
+    result->worst_input = input;
+    result->worst_index = index;
+    result->worst_direction = direction;
+    result->analytic = analytic;
+    result->numeric = numeric;
+    result->worst_ratio = ratio;
+}
+
+static tg_status check_elements(checked_function *f, const tg_gradcheck_options *opt, int input,
+                                const double *analytic, tg_gradcheck_result *result)
+{
+    tg_tensor *x = f->inputs[input];
+    int64_t n = tg_numel(x);
+    for (int64_t e = 0; e < n; e++) {
+        double original = tg_get_flat(x, e), plus = 0, minus = 0;
+        tg_set_flat(x, e, original + opt->eps);
+        tg_status status = evaluate(f, &plus);
+        tg_set_flat(x, e, original - opt->eps);
+        if (status == TG_OK) status = evaluate(f, &minus);
+        tg_set_flat(x, e, original);
+        if (status != TG_OK) return status;
+        compare(result, opt, input, e, 0, analytic[e], (plus - minus) / (2 * opt->eps));
+    }
+    return TG_OK;
+}
+
+static void shift(tg_tensor *x, const double *original, const double *direction, double step)
+{
+    int64_t n = tg_numel(x);
+    for (int64_t e = 0; e < n; e++) tg_set_flat(x, e, original[e] + step * direction[e]);
+}
+
+static tg_status check_directions(checked_function *f, const tg_gradcheck_options *opt, int input,
+                                  const double *analytic, tg_rng *rng, tg_gradcheck_result *result)
+{
+    tg_tensor *x = f->inputs[input];
+    int64_t n = tg_numel(x);
+    double *original = malloc(sizeof(double) * (size_t)n), *direction = malloc(sizeof(double) * (size_t)n);
+    tg_status status = TG_OK;
+    if (!original || !direction) status = tg_error(TG_ERR_NOMEM, "tg_gradcheck: out of memory");
+    for (int64_t e = 0; status == TG_OK && e < n; e++) original[e] = tg_get_flat(x, e);
+    for (int d = 0; status == TG_OK && d < opt->n_directions; d++) {
+        double directional = 0, plus = 0, minus = 0;
+        for (int64_t e = 0; e < n; e++) {
+            direction[e] = tg_rng_normal(rng);
+            directional += analytic[e] * direction[e];
+        }
+        shift(x, original, direction, opt->eps);
+        status = evaluate(f, &plus);
+        shift(x, original, direction, -opt->eps);
+        if (status == TG_OK) status = evaluate(f, &minus);
+        shift(x, original, direction, 0.0);
+        if (status == TG_OK) compare(result, opt, input, -1, d, directional, (plus - minus) / (2 * opt->eps));
+    }
+    free(original);
+    free(direction);
+    return status;
+}
+
+/* Runs f once with gradients and copies each checked input's gradient out. */
+static tg_status analytic_gradients(checked_function *f, double **grads)
+{
+    for (int i = 0; i < f->n_inputs; i++)
+        if (f->inputs[i]->requires_grad) tg_zero_grad(f->inputs[i]);
+    tg_tape_reset(f->tape);
+    tg_tensor *loss = f->fn(f->tape, f->inputs, f->n_inputs, f->user_data);
+    if (!loss) return TG_ERR_INVALID;
+    tg_status status = tg_backward(f->tape, loss);
+    if (status != TG_OK) return status;
+    for (int i = 0; i < f->n_inputs; i++) {
+        tg_tensor *x = f->inputs[i];
+        if (!x->requires_grad) continue;
+        int64_t n = tg_numel(x);
+        grads[i] = calloc((size_t)(n ? n : 1), sizeof(double));
+        if (!grads[i]) return tg_error(TG_ERR_NOMEM, "tg_gradcheck: out of memory");
+        for (int64_t e = 0; x->grad && e < n; e++) grads[i][e] = tg_get_flat(x->grad, e);
+    }
+    return TG_OK;
+}
+
+static void summarise(tg_gradcheck_result *result)
+{
+    result->passed = result->n_checked > 0 && result->worst_ratio <= 1.0;
+    if (result->worst_index >= 0)
+        snprintf(result->message, sizeof result->message,
+                 "gradcheck %s: %lld comparisons; worst at input %d element %lld: analytic %.10g, numeric %.10g "
+                 "(ratio %.3g)",
+                 result->passed ? "passed" : "FAILED", (long long)result->n_checked, result->worst_input,
+                 (long long)result->worst_index, result->analytic, result->numeric, result->worst_ratio);
+    else
+        snprintf(result->message, sizeof result->message,
+                 "gradcheck %s: %lld comparisons; worst at input %d random direction %d: analytic %.10g, "
+                 "numeric %.10g (ratio %.3g)",
+                 result->passed ? "passed" : "FAILED", (long long)result->n_checked, result->worst_input,
+                 result->worst_direction, result->analytic, result->numeric, result->worst_ratio);
+}
+
+tg_status tg_gradcheck(tg_gradcheck_fn fn, tg_tensor *const *inputs, int n_inputs, void *user_data,
+                       const tg_gradcheck_options *options, tg_gradcheck_result *result)
+{
+    tg_status status = check_inputs(fn, inputs, n_inputs, result);
+    if (status != TG_OK) return status;
+    tg_gradcheck_options opt = options ? *options : tg_gradcheck_defaults();
+    if (!(opt.eps > 0) || opt.n_directions < 1 || opt.max_elements_per_input < 0)
+        return tg_error(TG_ERR_INVALID, "tg_gradcheck: eps must be > 0 and n_directions ≥ 1");
+    memset(result, 0, sizeof *result);
+    result->worst_input = -1;
+
+    checked_function f = {fn, inputs, n_inputs, user_data, tg_tape_create()};
+    double **grads = calloc((size_t)n_inputs, sizeof *grads);
+    if (!f.tape || !grads) {
+        tg_tape_free(f.tape);
+        free(grads);
+        return tg_error(TG_ERR_NOMEM, "tg_gradcheck: out of memory");
+    }
+    status = analytic_gradients(&f, grads);
+    tg_tape_set_grad_enabled(f.tape, false);
+    tg_rng rng;
+    tg_rng_seed(&rng, opt.seed);
+    for (int i = 0; status == TG_OK && i < n_inputs; i++) {
+        if (!inputs[i]->requires_grad) continue;
+        if (tg_numel(inputs[i]) <= opt.max_elements_per_input)
+            status = check_elements(&f, &opt, i, grads[i], result);
+        else
+            status = check_directions(&f, &opt, i, grads[i], &rng, result);
+    }
+    for (int i = 0; i < n_inputs; i++) free(grads[i]);
+    free(grads);
+    tg_tape_free(f.tape);
+    if (status == TG_OK) summarise(result);
+    return status;
+}

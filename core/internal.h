@@ -1,0 +1,169 @@
+/* core/internal.h: what ops/ and kernels/ share with core/ but users do not see. */
+#ifndef TAPEGRAD_CORE_INTERNAL_H
+#define TAPEGRAD_CORE_INTERNAL_H
+
+#include "tapegrad.h"
+
+#include <stdarg.h>
+
+/* ---- storage ----------------------------------------------------------------- */
+
+typedef enum {
+    TG_STORAGE_ARENA, /* bytes from a tape's arena: freed by reset */
+    TG_STORAGE_HEAP,  /* malloc'd with its tensor: freed by tg_tensor_free */
+    TG_STORAGE_PARAMS /* one buffer of a tg_params store, which may move it while growing */
+} tg_storage_kind;
+
+struct tg_storage {
+    void *data;
+    size_t nbytes;
+    tg_device device;
+    tg_storage_kind kind;
+};
+
+/* ---- errors -------------------------------------------------------------------- */
+
+/* Sets the thread's message (printf-style) and returns status, so callers can
+ * `return tg_error(TG_ERR_INVALID, "tg_add: ...")`. */
+tg_status tg_error(tg_status status, const char *format, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Like tg_error, then appends " (name0: [2, 3] f32 cpu, name1: ...)" for the tensors. */
+tg_status tg_error_tensors(tg_status status, int n, const char *const *names,
+                           const tg_tensor *const *tensors, const char *format, ...)
+    __attribute__((format(printf, 5, 6)));
+/* "tg_add: no cuda kernel" style error for a missing dispatch entry. */
+tg_status tg_error_no_kernel(const char *op, tg_device device);
+
+/* ---- argument checks: each sets a message naming op and returns false ---------- */
+
+/* t is non-NULL, has storage and 1 ≤ ndim ≤ TG_MAX_DIMS. */
+bool tg_check_tensor(const char *op, const char *name, const tg_tensor *t);
+/* As above and a float dtype (f32, f64, bf16). */
+bool tg_check_float(const char *op, const char *name, const tg_tensor *t);
+/* a and b have one dtype and one device (both already checked non-NULL). */
+bool tg_check_same_kind(const char *op, const char *name_a, const tg_tensor *a,
+                        const char *name_b, const tg_tensor *b);
+bool tg_check_ndim(const char *op, const char *name, const tg_tensor *t, int ndim);
+/* Whether this build can hold tensors on the device. */
+bool tg_device_has_tensors(tg_device device);
+/* The tensor lives on a device this build can hold tensors on. */
+bool tg_check_device_usable(const char *op, const char *name, const tg_tensor *t);
+/* Normalises a possibly negative axis into [0, ndim); false (with message) when out of range. */
+bool tg_check_axis(const char *op, const tg_tensor *t, int *axis);
+
+/* ---- sizes ----------------------------------------------------------------------- */
+
+/* *out = product of shape; false on overflow or a negative entry. */
+bool tg_shape_numel(int ndim, const int64_t *shape, int64_t *out);
+bool tg_mul_overflows(int64_t a, int64_t b, int64_t *out);
+void tg_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
+char *tg_shape_str(int ndim, const int64_t *shape, char *buf, size_t size);
+
+/* ---- tensors made by ops ------------------------------------------------------------ */
+
+/* A view of base's storage with the given geometry, allocated on the tape. */
+tg_tensor *tg_view(tg_tape *tape, const tg_tensor *base, int ndim, const int64_t *shape,
+                   const int64_t *strides, int64_t offset);
+/* A contiguous tensor on the tape with x's shape but the given dtype. */
+tg_tensor *tg_empty_as(tg_tape *tape, const tg_tensor *x, tg_dtype dtype);
+/* A tensor laid out like x (same stride order, dense) on the tape: used so that an op on
+ * a channel-last input gives a channel-last output. */
+tg_tensor *tg_empty_same_layout(tg_tape *tape, const tg_tensor *x);
+
+/* Element pointer helpers for CPU kernels: base address of element 0 of the view. */
+static inline char *tg_bytes(const tg_tensor *t)
+{
+    return (char *)t->storage->data + t->offset * (int64_t)tg_dtype_size(t->dtype);
+}
+
+static inline double tg_load(const void *base, tg_dtype dtype, int64_t i)
+{
+    switch (dtype) {
+    case TG_F32: return ((const float *)base)[i];
+    case TG_F64: return ((const double *)base)[i];
+    case TG_BF16: return tg_bf16_to_f32(((const uint16_t *)base)[i]);
+    case TG_I32: return ((const int32_t *)base)[i];
+    default: return 0.0;
+    }
+}
+
+static inline void tg_store(void *base, tg_dtype dtype, int64_t i, double v)
+{
+    switch (dtype) {
+    case TG_F32: ((float *)base)[i] = (float)v; break;
+    case TG_F64: ((double *)base)[i] = v; break;
+    case TG_BF16: ((uint16_t *)base)[i] = tg_f32_to_bf16((float)v); break;
+    case TG_I32: ((int32_t *)base)[i] = (int32_t)v; break;
+    default: break;
+    }
+}
+
+/* ---- strided iteration -------------------------------------------------------------
+ * Walks an n-dimensional index space row by row (the last dimension is the row) and
+ * keeps, for up to TG_ITER_MAX operands, the element offset of the row's start. Each
+ * operand has its own strides in that index space (0 for a broadcast dimension):
+ *
+ *   tg_iter it; tg_iter_init(&it, ndim, shape, 2, (const int64_t *[]){sa, sb});
+ *   do { for (j = 0; j < it.row_length; j++) use(it.offset[0] + j * it.row_stride[0], ...); }
+ *   while (tg_iter_next_row(&it));
+ */
+#define TG_ITER_MAX 4
+typedef struct {
+    int ndim;
+    int n_operands;
+    int64_t shape[TG_MAX_DIMS];
+    int64_t strides[TG_ITER_MAX][TG_MAX_DIMS];
+    int64_t index[TG_MAX_DIMS];
+    int64_t offset[TG_ITER_MAX];
+    int64_t row_length;
+    int64_t row_stride[TG_ITER_MAX];
+    bool empty;
+} tg_iter;
+
+void tg_iter_init(tg_iter *it, int ndim, const int64_t *shape, int n_operands,
+                  const int64_t *const *strides);
+bool tg_iter_next_row(tg_iter *it);
+
+/* ---- broadcasting -------------------------------------------------------------------- */
+
+/* The NumPy broadcast of two shapes; false when they do not broadcast. */
+bool tg_broadcast_shape(int ndim_a, const int64_t *shape_a, int ndim_b, const int64_t *shape_b, int *ndim,
+                        int64_t *shape);
+/* t's strides seen in a larger, broadcast index space (0 for stretched dimensions). */
+void tg_broadcast_strides(const tg_tensor *t, int ndim, const int64_t *shape, int64_t *strides);
+
+/* ---- gradients ------------------------------------------------------------------------ */
+
+/* The one place gradients are summed: t->grad += g (g may be any layout, same shape).
+ * Allocates t->grad (zeros, contiguous, on the tape) for activations on first use. */
+tg_status tg_accumulate_grad(tg_tape *tape, tg_tensor *t, const tg_tensor *g);
+
+/* Sum g over broadcast dimensions so it has `shape` (the inverse of broadcasting). */
+tg_tensor *tg_reduce_to_shape(tg_tape *tape, const tg_tensor *g, int ndim, const int64_t *shape);
+
+/* ---- device dispatch ------------------------------------------------------------------
+ * Each op keeps a small table of kernels, one entry per device, in its own file:
+ *
+ *   static const silu_fwd_fn silu_fwd[TG_DEVICE_COUNT] = TG_KERNELS(tg_cpu_silu_fwd, NULL);
+ *   status = TG_DISPATCH("tg_silu", silu_fwd, x->device, x, y);
+ *
+ * A device without a kernel yet answers with a clear error. Adding the CUDA kernel is
+ * a change to that one table line, never to the op's checks or its tape record. */
+#define TG_KERNELS(cpu_kernel, cuda_kernel) \
+    { [TG_DEVICE_CPU] = (cpu_kernel), [TG_DEVICE_CUDA] = (cuda_kernel) }
+#define TG_DISPATCH(op, table, device, ...) \
+    ((table)[(device)] ? (table)[(device)](__VA_ARGS__) : tg_error_no_kernel((op), (device)))
+
+/* ---- op scaffolding ---------------------------------------------------------------------
+ * Every op takes a mark when it starts and rewinds to it when it fails, so a failed op
+ * leaves no half-made tensor or node on the tape. */
+static inline tg_tensor *tg_op_fail(tg_tape *tape, tg_tape_mark mark)
+{
+    tg_tape_rewind(tape, mark);
+    return NULL;
+}
+
+/* The tape must be non-NULL; ops call this first. */
+bool tg_check_tape(const char *op, const tg_tape *tape);
+
+#endif

@@ -1,0 +1,187 @@
+/* core/params.c: parameters in one contiguous data buffer and one gradient buffer.
+ *
+ * Each parameter tensor points at the store's shared storage with its own offset, so
+ * growing the buffers (realloc) moves no tensor: only storage->data changes. */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct tg_params {
+    tg_device device;
+    tg_dtype dtype;      /* set by the first parameter; all share it */
+    tg_storage data;
+    tg_storage grad;
+    int64_t numel;       /* elements in use */
+    int64_t capacity;    /* elements allocated */
+    tg_tensor **tensors; /* each parameter, and its grad tensor through ->grad */
+    size_t count;
+    size_t tensors_capacity;
+};
+
+tg_params *tg_params_create(tg_device device)
+{
+    device = tg_device_resolve(device);
+    if (device != TG_DEVICE_CPU) {
+        tg_error(TG_ERR_DEVICE, "tg_params_create: %s parameters are not supported by this build (CPU only)",
+                 tg_device_name(device));
+        return NULL;
+    }
+    tg_params *params = calloc(1, sizeof *params);
+    if (!params) {
+        tg_error(TG_ERR_NOMEM, "tg_params_create: out of memory");
+        return NULL;
+    }
+    params->device = device;
+    params->data = (tg_storage){NULL, 0, device, TG_STORAGE_PARAMS};
+    params->grad = (tg_storage){NULL, 0, device, TG_STORAGE_PARAMS};
+    return params;
+}
+
+void tg_params_free(tg_params *params)
+{
+    if (!params) return;
+    for (size_t i = 0; i < params->count; i++) {
+        free((char *)params->tensors[i]->name);
+        free(params->tensors[i]->grad);
+        free(params->tensors[i]);
+    }
+    free(params->tensors);
+    free(params->data.data);
+    free(params->grad.data);
+    free(params);
+}
+
+/* Makes room for `extra` more elements, doubling so that building a model is linear. */
+static bool grow(tg_params *params, int64_t extra)
+{
+    int64_t need = params->numel + extra;
+    if (need <= params->capacity) return true;
+    int64_t capacity = params->capacity ? params->capacity : 1024;
+    while (capacity < need) capacity *= 2;
+    size_t bytes = (size_t)capacity * tg_dtype_size(params->dtype);
+    void *data = realloc(params->data.data, bytes);
+    if (!data) return false;
+    params->data.data = data;
+    void *grad = realloc(params->grad.data, bytes);
+    if (!grad) return false;
+    params->grad.data = grad;
+    params->data.nbytes = params->grad.nbytes = bytes;
+    params->capacity = capacity;
+    return true;
+}
+
+static tg_tensor *new_view(tg_storage *storage, tg_dtype dtype, int ndim, const int64_t *shape, int64_t offset)
+{
+    tg_tensor *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    t->dtype = dtype;
+    t->device = storage->device;
+    t->ndim = ndim;
+    memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+    tg_contiguous_strides(ndim, shape, t->strides);
+    t->offset = offset;
+    t->storage = storage;
+    return t;
+}
+
+tg_tensor *tg_params_add(tg_params *params, const char *name, tg_dtype dtype, int ndim, const int64_t *shape)
+{
+    const char *op = "tg_params_add";
+    char text[128];
+    int64_t numel;
+    if (!params || !name || !shape) {
+        tg_error(TG_ERR_INVALID, "%s: params, name and shape must not be NULL", op);
+        return NULL;
+    }
+    if (!tg_dtype_is_float(dtype)) {
+        tg_error(TG_ERR_DTYPE, "%s: parameter '%s' must be a float dtype, not %s", op, name, tg_dtype_name(dtype));
+        return NULL;
+    }
+    if (params->count && dtype != params->dtype) {
+        tg_error(TG_ERR_DTYPE, "%s: parameter '%s' is %s but the store holds %s", op, name, tg_dtype_name(dtype),
+                 tg_dtype_name(params->dtype));
+        return NULL;
+    }
+    if (ndim < 1 || ndim > TG_MAX_DIMS) {
+        tg_error(TG_ERR_INVALID, "%s: parameter '%s' must have 1..%d dimensions (got %d)", op, name, TG_MAX_DIMS, ndim);
+        return NULL;
+    }
+    if (!tg_shape_numel(ndim, shape, &numel) || numel == 0 || params->numel > INT64_MAX / 2 - numel) {
+        tg_error(TG_ERR_INVALID, "%s: parameter '%s' has an invalid or too large shape %s", op, name,
+                 tg_shape_str(ndim, shape, text, sizeof text));
+        return NULL;
+    }
+    if (tg_params_find(params, name)) {
+        tg_error(TG_ERR_INVALID, "%s: a parameter named '%s' already exists", op, name);
+        return NULL;
+    }
+    params->dtype = dtype;
+    if (params->count == params->tensors_capacity) {
+        size_t capacity = params->tensors_capacity ? params->tensors_capacity * 2 : 16;
+        tg_tensor **tensors = realloc(params->tensors, capacity * sizeof *tensors);
+        if (!tensors) goto nomem;
+        params->tensors = tensors;
+        params->tensors_capacity = capacity;
+    }
+    if (!grow(params, numel)) goto nomem;
+    tg_tensor *t = new_view(&params->data, dtype, ndim, shape, params->numel);
+    tg_tensor *g = new_view(&params->grad, dtype, ndim, shape, params->numel);
+    char *copy = malloc(strlen(name) + 1);
+    if (!t || !g || !copy) {
+        free(t);
+        free(g);
+        free(copy);
+        goto nomem;
+    }
+    strcpy(copy, name);
+    t->name = copy;
+    t->grad = g;
+    t->requires_grad = true;
+    size_t size = tg_dtype_size(dtype);
+    memset((char *)params->data.data + params->numel * (int64_t)size, 0, (size_t)numel * size);
+    memset((char *)params->grad.data + params->numel * (int64_t)size, 0, (size_t)numel * size);
+    params->numel += numel;
+    params->tensors[params->count++] = t;
+    return t;
+nomem:
+    tg_error(TG_ERR_NOMEM, "%s: out of memory adding '%s' %s", op, name, tg_shape_str(ndim, shape, text, sizeof text));
+    return NULL;
+}
+
+size_t tg_params_count(const tg_params *params) { return params ? params->count : 0; }
+
+tg_tensor *tg_params_get(const tg_params *params, size_t index)
+{
+    return params && index < params->count ? params->tensors[index] : NULL;
+}
+
+tg_tensor *tg_params_find(const tg_params *params, const char *name)
+{
+    if (!params || !name) return NULL;
+    for (size_t i = 0; i < params->count; i++)
+        if (strcmp(params->tensors[i]->name, name) == 0) return params->tensors[i];
+    return NULL;
+}
+
+int64_t tg_params_numel(const tg_params *params) { return params ? params->numel : 0; }
+
+void *tg_params_data(tg_params *params) { return params ? params->data.data : NULL; }
+
+void *tg_params_grad(tg_params *params) { return params ? params->grad.data : NULL; }
+
+tg_status tg_params_zero_grad(tg_params *params)
+{
+    if (!params) return tg_error(TG_ERR_INVALID, "tg_params_zero_grad: params is NULL");
+    if (params->numel) memset(params->grad.data, 0, (size_t)params->numel * tg_dtype_size(params->dtype));
+    return TG_OK;
+}
+
+tg_status tg_params_sgd_step(tg_params *params, double lr)
+{
+    if (!params) return tg_error(TG_ERR_INVALID, "tg_params_sgd_step: params is NULL");
+    char *data = params->data.data, *grad = params->grad.data;
+    for (int64_t i = 0; i < params->numel; i++)
+        tg_store(data, params->dtype, i, tg_load(data, params->dtype, i) - lr * tg_load(grad, params->dtype, i));
+    return TG_OK;
+}

@@ -1,0 +1,300 @@
+/* core/tape.c: the tape (an arena plus a list of nodes) and reverse-mode backward.
+ *
+ * Memory: every activation of a step (tensor structs, their bytes, nodes, gradients
+ * made during backward) is bump-allocated from the tape's arena. tg_tape_reset
+ * rewinds the arena; when a step needed several chunks, reset merges them into one,
+ * so from the second identical step on, every allocation lands at the same address.
+ *
+ * Backward: the nodes form a singly linked list in recording order, which is a
+ * topological order. Walking it from the newest node to the oldest visits every node
+ * after all the nodes that consume its outputs, so one loop (no recursion, no
+ * explicit graph sort) computes all gradients, however long the chain.
+ */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define TG_ARENA_ALIGN 64
+#define TG_ARENA_MIN_CHUNK ((size_t)1 << 20)
+
+typedef struct tg_chunk {
+    struct tg_chunk *next;
+    size_t size;
+    size_t used;
+    char *data;
+} tg_chunk;
+
+struct tg_tape {
+    tg_chunk *first;
+    tg_chunk *current;
+    bool grad_enabled;
+    tg_node *last;
+    size_t n_nodes;
+};
+
+/* ---- arena ----------------------------------------------------------------------- */
+
+static tg_chunk *chunk_new(size_t size)
+{
+    tg_chunk *chunk = calloc(1, sizeof *chunk);
+    if (!chunk) return NULL;
+    size = (size + TG_ARENA_ALIGN - 1) / TG_ARENA_ALIGN * TG_ARENA_ALIGN;
+    chunk->data = aligned_alloc(TG_ARENA_ALIGN, size);
+    if (!chunk->data) {
+        free(chunk);
+        return NULL;
+    }
+    chunk->size = size;
+    return chunk;
+}
+
+static void chunks_free(tg_chunk *chunk)
+{
+    while (chunk) {
+        tg_chunk *next = chunk->next;
+        free(chunk->data);
+        free(chunk);
+        chunk = next;
+    }
+}
+
+static size_t align_up(size_t n) { return (n + TG_ARENA_ALIGN - 1) & ~(size_t)(TG_ARENA_ALIGN - 1); }
+
+void *tg_tape_alloc(tg_tape *tape, size_t nbytes)
+{
+    if (nbytes > SIZE_MAX - 2 * TG_ARENA_ALIGN) return NULL;
+    size_t need = align_up(nbytes ? nbytes : 1);
+    tg_chunk *chunk = tape->current;
+    while (chunk->used + need > chunk->size) {
+        /* Later chunks are free (left over from a rewind or an earlier step): reuse one
+         * that fits, else put a new chunk right after the current one. */
+        if (chunk->next && chunk->next->size >= need) {
+            chunk = chunk->next;
+            chunk->used = 0;
+            break;
+        }
+        size_t size = need > TG_ARENA_MIN_CHUNK ? need : TG_ARENA_MIN_CHUNK;
+        if (chunk->size * 2 > size && chunk->size * 2 <= ((size_t)1 << 32)) size = chunk->size * 2;
+        tg_chunk *fresh = chunk_new(size);
+        if (!fresh) return NULL;
+        fresh->next = chunk->next;
+        chunk->next = fresh;
+        chunk = fresh;
+    }
+    tape->current = chunk;
+    void *out = chunk->data + chunk->used;
+    chunk->used += need;
+    return out;
+}
+
+tg_tape_mark tg_tape_get_mark(const tg_tape *tape)
+{
+    tg_tape_mark mark = {tape->current->used, tape->n_nodes, tape->current};
+    return mark;
+}
+
+void tg_tape_rewind(tg_tape *tape, tg_tape_mark mark)
+{
+    tape->current = mark.arena_chunk;
+    tape->current->used = mark.arena_used;
+    while (tape->n_nodes > mark.n_nodes) {
+        tape->last = tape->last->prev;
+        tape->n_nodes--;
+    }
+}
+
+/* ---- tape ------------------------------------------------------------------------- */
+
+tg_tape *tg_tape_create(void)
+{
+    tg_tape *tape = calloc(1, sizeof *tape);
+    if (!tape) {
+        tg_error(TG_ERR_NOMEM, "tg_tape_create: out of memory");
+        return NULL;
+    }
+    tape->first = tape->current = chunk_new(TG_ARENA_MIN_CHUNK);
+    if (!tape->first) {
+        free(tape);
+        tg_error(TG_ERR_NOMEM, "tg_tape_create: out of memory");
+        return NULL;
+    }
+    tape->grad_enabled = true;
+    return tape;
+}
+
+void tg_tape_free(tg_tape *tape)
+{
+    if (!tape) return;
+    chunks_free(tape->first);
+    free(tape);
+}
+
+void tg_tape_reset(tg_tape *tape)
+{
+    if (!tape) return;
+    tape->last = NULL;
+    tape->n_nodes = 0;
+    if (tape->first->next) {
+        /* The step outgrew one chunk: merge into one big enough for the whole step. */
+        size_t total = 0;
+        for (tg_chunk *c = tape->first; c; c = c->next) total += c->size;
+        tg_chunk *merged = chunk_new(total);
+        if (merged) {
+            chunks_free(tape->first);
+            tape->first = merged;
+        }
+    }
+    for (tg_chunk *c = tape->first; c; c = c->next) c->used = 0;
+    tape->current = tape->first;
+}
+
+bool tg_tape_set_grad_enabled(tg_tape *tape, bool enabled)
+{
+    if (!tape) return false;
+    bool previous = tape->grad_enabled;
+    tape->grad_enabled = enabled;
+    return previous;
+}
+
+bool tg_tape_grad_enabled(const tg_tape *tape) { return tape && tape->grad_enabled; }
+
+size_t tg_tape_node_count(const tg_tape *tape) { return tape ? tape->n_nodes : 0; }
+
+size_t tg_tape_bytes_in_use(const tg_tape *tape)
+{
+    if (!tape) return 0;
+    size_t total = 0;
+    for (tg_chunk *c = tape->first; c; c = c->next) {
+        total += c->used;
+        if (c == tape->current) break;
+    }
+    return total;
+}
+
+/* ---- recording -------------------------------------------------------------------- */
+
+bool tg_node_needs_grad(const tg_node *node, int input_index)
+{
+    if (input_index < 0 || input_index >= node->n_inputs) return false;
+    const tg_tensor *input = node->inputs[input_index];
+    return input && input->requires_grad;
+}
+
+tg_status tg_record(tg_tape *tape, const tg_op_record *record)
+{
+    if (!tape || !record || !record->backward || record->n_outputs < 1)
+        return tg_error(TG_ERR_INVALID, "tg_record: needs a tape, a backward function and an output");
+    if (!tape->grad_enabled) return TG_OK;
+    bool any_input_needs_grad = false;
+    for (int i = 0; i < record->n_inputs; i++)
+        if (record->inputs[i] && record->inputs[i]->requires_grad) any_input_needs_grad = true;
+    if (!any_input_needs_grad) return TG_OK;
+
+    tg_node *node = tg_tape_alloc(tape, sizeof *node);
+    tg_tensor **inputs = tg_tape_alloc(tape, sizeof(tg_tensor *) * (size_t)(record->n_inputs + 1));
+    tg_tensor **outputs = tg_tape_alloc(tape, sizeof(tg_tensor *) * (size_t)record->n_outputs);
+    void *ctx = record->ctx_size ? tg_tape_alloc(tape, record->ctx_size) : NULL;
+    if (!node || !inputs || !outputs || (record->ctx_size && !ctx))
+        return tg_error(TG_ERR_NOMEM, "%s: out of memory while recording", record->op);
+    memcpy(inputs, record->inputs, sizeof(tg_tensor *) * (size_t)record->n_inputs);
+    memcpy(outputs, record->outputs, sizeof(tg_tensor *) * (size_t)record->n_outputs);
+    if (ctx) memcpy(ctx, record->ctx, record->ctx_size);
+    *node = (tg_node){
+        .op = record->op,
+        .backward = record->backward,
+        .tape = tape,
+        .n_inputs = record->n_inputs,
+        .inputs = inputs,
+        .n_outputs = record->n_outputs,
+        .outputs = outputs,
+        .ctx = ctx,
+        .prev = tape->last,
+    };
+    tape->last = node;
+    tape->n_nodes++;
+    for (int j = 0; j < record->n_outputs; j++) {
+        if (!outputs[j]) continue;
+        outputs[j]->requires_grad = true;
+        outputs[j]->producer = node;
+    }
+    return TG_OK;
+}
+
+/* ---- backward ---------------------------------------------------------------------- */
+
+static tg_status run_node_backward(tg_tape *tape, tg_node *node)
+{
+    tg_tensor **dy = tg_tape_alloc(tape, sizeof(tg_tensor *) * (size_t)node->n_outputs);
+    tg_tensor **dx = tg_tape_alloc(tape, sizeof(tg_tensor *) * (size_t)(node->n_inputs + 1));
+    if (!dy || !dx) return tg_error(TG_ERR_NOMEM, "tg_backward: out of memory at %s", node->op);
+    bool any = false;
+    for (int j = 0; j < node->n_outputs; j++) {
+        dy[j] = node->outputs[j] ? node->outputs[j]->grad : NULL;
+        any = any || dy[j];
+    }
+    if (!any) return TG_OK; /* no gradient reaches this node */
+    memset(dx, 0, sizeof(tg_tensor *) * (size_t)(node->n_inputs + 1));
+    tg_status status = node->backward(node, dy, dx);
+    if (status != TG_OK) return status;
+    for (int i = 0; i < node->n_inputs; i++) {
+        if (!dx[i] || !tg_node_needs_grad(node, i)) continue;
+        status = tg_accumulate_grad(tape, node->inputs[i], dx[i]);
+        if (status != TG_OK) return status;
+    }
+    return TG_OK;
+}
+
+tg_status tg_backward_with_grad(tg_tape *tape, tg_tensor *output, const tg_tensor *output_grad)
+{
+    const char *op = "tg_backward";
+    if (!tg_check_tape(op, tape) || !tg_check_float(op, "output", output) ||
+        !tg_check_float(op, "output_grad", output_grad))
+        return TG_ERR_INVALID;
+    if (!tg_same_shape(output, output_grad)) {
+        const char *names[2] = {"output", "output_grad"};
+        const tg_tensor *tensors[2] = {output, output_grad};
+        return tg_error_tensors(TG_ERR_INVALID, 2, names, tensors, "%s: gradient shape differs from output",
+                                op);
+    }
+    if (!output->requires_grad)
+        return tg_error(TG_ERR_STATE, "%s: the output does not require a gradient (no recorded op "
+                                      "with a gradient-requiring input produced it)", op);
+    /* Gradients of activations belong to one backward pass: clear those of earlier ones. */
+    for (tg_node *node = tape->last; node; node = node->prev)
+        for (int j = 0; j < node->n_outputs; j++)
+            if (node->outputs[j]) node->outputs[j]->grad = NULL;
+
+    /* Backward functions may call ops (on the same tape): they must not be recorded. */
+    bool was_enabled = tg_tape_set_grad_enabled(tape, false);
+    tg_status status = tg_accumulate_grad(tape, output, output_grad);
+    for (tg_node *node = tape->last; node && status == TG_OK; node = node->prev)
+        status = run_node_backward(tape, node);
+    tg_tape_set_grad_enabled(tape, was_enabled);
+    return status;
+}
+
+tg_status tg_backward(tg_tape *tape, tg_tensor *loss)
+{
+    if (!tg_check_tape("tg_backward", tape) || !tg_check_float("tg_backward", "loss", loss))
+        return TG_ERR_INVALID;
+    if (tg_numel(loss) != 1) {
+        const char *name = "loss";
+        const tg_tensor *t = loss;
+        return tg_error_tensors(TG_ERR_INVALID, 1, &name, &t,
+                                "tg_backward: the loss must have one element; use "
+                                "tg_backward_with_grad for other outputs");
+    }
+    tg_tape_mark mark = tg_tape_get_mark(tape);
+    tg_tensor *seed = tg_full(tape, loss->dtype, loss->device, loss->ndim, loss->shape, 1.0);
+    if (!seed) return TG_ERR_NOMEM;
+    tg_status status = tg_backward_with_grad(tape, loss, seed);
+    if (status != TG_OK) tg_tape_rewind(tape, mark);
+    return status;
+}
+
+tg_tensor *tg_detach(tg_tape *tape, tg_tensor *x)
+{
+    if (!tg_check_tape("tg_detach", tape) || !tg_check_tensor("tg_detach", "x", x)) return NULL;
+    return tg_view(tape, x, x->ndim, x->shape, x->strides, x->offset);
+}

@@ -1,0 +1,403 @@
+/* core/tensor.c: making tensors, describing them, reading and writing elements. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- geometry ---------------------------------------------------------------------- */
+
+int64_t tg_numel(const tg_tensor *t)
+{
+    if (!t) return 0;
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++) n *= t->shape[i]; /* checked when the tensor was made */
+    return n;
+}
+
+bool tg_is_contiguous(const tg_tensor *t)
+{
+    int64_t expected = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        if (t->shape[i] != 1 && t->strides[i] != expected) return false;
+        expected *= t->shape[i];
+    }
+    return true;
+}
+
+bool tg_same_shape(const tg_tensor *a, const tg_tensor *b)
+{
+    if (!a || !b || a->ndim != b->ndim) return false;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i]) return false;
+    return true;
+}
+
+char *tg_describe(const tg_tensor *t, char *buf, size_t size)
+{
+    if (!t) {
+        snprintf(buf, size, "NULL");
+        return buf;
+    }
+    char shape[128];
+    int ndim = t->ndim < 0 ? 0 : t->ndim > TG_MAX_DIMS ? TG_MAX_DIMS : t->ndim;
+    snprintf(buf, size, "%s %s %s%s", tg_shape_str(ndim, t->shape, shape, sizeof shape),
+             tg_dtype_name(t->dtype), tg_device_name(t->device),
+             t->storage && !tg_is_contiguous(t) ? " strided" : "");
+    return buf;
+}
+
+/* ---- making tensors ------------------------------------------------------------------ */
+
+/* Validates a creation request; on success *nbytes holds the byte size. */
+static bool check_new(const char *op, tg_dtype dtype, tg_device device, int ndim, const int64_t *shape,
+                      size_t *nbytes)
+{
+    if (!tg_dtype_size(dtype)) {
+        tg_error(TG_ERR_DTYPE, "%s: invalid dtype %d", op, (int)dtype);
+        return false;
+    }
+    if (ndim < 1 || ndim > TG_MAX_DIMS || !shape) {
+        tg_error(TG_ERR_INVALID, "%s: ndim must be 1..%d with a shape (got %d)", op, TG_MAX_DIMS, ndim);
+        return false;
+    }
+    char text[128];
+    int64_t numel, bytes;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0) {
+            tg_error(TG_ERR_INVALID, "%s: negative dimension in shape %s", op, tg_shape_str(ndim, shape, text, sizeof text));
+            return false;
+        }
+    }
+    if (!tg_shape_numel(ndim, shape, &numel) || tg_mul_overflows(numel, (int64_t)tg_dtype_size(dtype), &bytes) ||
+        (uint64_t)bytes > SIZE_MAX / 2) {
+        tg_error(TG_ERR_OVERFLOW, "%s: shape %s %s is too large (size overflows)", op,
+                 tg_shape_str(ndim, shape, text, sizeof text), tg_dtype_name(dtype));
+        return false;
+    }
+    device = tg_device_resolve(device);
+    if (!tg_device_has_tensors(device)) {
+        tg_error(TG_ERR_DEVICE, "%s: %s tensors are not supported by this build (CPU only)", op,
+                 tg_device_name(device));
+        return false;
+    }
+    *nbytes = (size_t)bytes;
+    return true;
+}
+
+static void init_tensor(tg_tensor *t, tg_storage *storage, tg_dtype dtype, int ndim, const int64_t *shape)
+{
+    memset(t, 0, sizeof *t);
+    t->dtype = dtype;
+    t->device = storage->device;
+    t->ndim = ndim;
+    memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+    tg_contiguous_strides(ndim, shape, t->strides);
+    t->storage = storage;
+}
+
+tg_tensor *tg_empty(tg_tape *tape, tg_dtype dtype, tg_device device, int ndim, const int64_t *shape)
+{
+    size_t nbytes;
+    if (!tg_check_tape("tg_empty", tape) || !check_new("tg_empty", dtype, device, ndim, shape, &nbytes))
+        return NULL;
+    tg_tape_mark mark = tg_tape_get_mark(tape);
+    tg_tensor *t = tg_tape_alloc(tape, sizeof *t);
+    tg_storage *storage = tg_tape_alloc(tape, sizeof *storage);
+    void *data = tg_tape_alloc(tape, nbytes);
+    if (!t || !storage || !data) {
+        tg_tape_rewind(tape, mark);
+        tg_error(TG_ERR_NOMEM, "tg_empty: out of memory for %zu bytes", nbytes);
+        return NULL;
+    }
+    *storage = (tg_storage){data, nbytes, TG_DEVICE_CPU, TG_STORAGE_ARENA};
+    init_tensor(t, storage, dtype, ndim, shape);
+    t->tape = tape;
+    return t;
+}
+
+tg_tensor *tg_zeros(tg_tape *tape, tg_dtype dtype, tg_device device, int ndim, const int64_t *shape)
+{
+    tg_tensor *t = tg_empty(tape, dtype, device, ndim, shape);
+    if (t) memset(t->storage->data, 0, t->storage->nbytes);
+    return t;
+}
+
+tg_tensor *tg_full(tg_tape *tape, tg_dtype dtype, tg_device device, int ndim, const int64_t *shape,
+                   double value)
+{
+    tg_tensor *t = tg_empty(tape, dtype, device, ndim, shape);
+    if (t) tg_fill(t, value);
+    return t;
+}
+
+tg_tensor *tg_from_data(tg_tape *tape, tg_dtype dtype, tg_device device, int ndim, const int64_t *shape,
+                        const void *data)
+{
+    if (!data) {
+        tg_error(TG_ERR_INVALID, "tg_from_data: data is NULL");
+        return NULL;
+    }
+    tg_tensor *t = tg_empty(tape, dtype, device, ndim, shape);
+    if (t) memcpy(t->storage->data, data, t->storage->nbytes);
+    return t;
+}
+
+tg_tensor *tg_empty_like(tg_tape *tape, const tg_tensor *x)
+{
+    if (!tg_check_tensor("tg_empty_like", "x", x)) return NULL;
+    return tg_empty(tape, x->dtype, x->device, x->ndim, x->shape);
+}
+
+tg_tensor *tg_zeros_like(tg_tape *tape, const tg_tensor *x)
+{
+    if (!tg_check_tensor("tg_zeros_like", "x", x)) return NULL;
+    return tg_zeros(tape, x->dtype, x->device, x->ndim, x->shape);
+}
+
+tg_tensor *tg_empty_as(tg_tape *tape, const tg_tensor *x, tg_dtype dtype)
+{
+    return tg_empty(tape, dtype, x->device, x->ndim, x->shape);
+}
+
+tg_tensor *tg_empty_same_layout(tg_tape *tape, const tg_tensor *x)
+{
+    /* Order x's dimensions from the largest stride to the smallest (stable), then lay
+     * the new tensor out densely in that order. */
+    int order[TG_MAX_DIMS];
+    for (int i = 0; i < x->ndim; i++) order[i] = i;
+    for (int i = 1; i < x->ndim; i++)
+        for (int j = i; j > 0 && x->strides[order[j]] > x->strides[order[j - 1]]; j--) {
+            int swap = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = swap;
+        }
+    tg_tensor *t = tg_empty_like(tape, x);
+    if (!t) return NULL;
+    int64_t stride = 1;
+    for (int k = x->ndim - 1; k >= 0; k--) {
+        t->strides[order[k]] = stride;
+        stride *= x->shape[order[k]] > 0 ? x->shape[order[k]] : 1;
+    }
+    return t;
+}
+
+tg_tensor *tg_view(tg_tape *tape, const tg_tensor *base, int ndim, const int64_t *shape,
+                   const int64_t *strides, int64_t offset)
+{
+    tg_tensor *t = tg_tape_alloc(tape, sizeof *t);
+    if (!t) {
+        tg_error(TG_ERR_NOMEM, "tg_view: out of memory");
+        return NULL;
+    }
+    memset(t, 0, sizeof *t);
+    t->dtype = base->dtype;
+    t->device = base->device;
+    t->ndim = ndim;
+    memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+    memcpy(t->strides, strides, sizeof(int64_t) * (size_t)ndim);
+    t->offset = offset;
+    t->storage = base->storage;
+    t->tape = tape;
+    return t;
+}
+
+tg_tensor *tg_tensor_new(tg_dtype dtype, tg_device device, int ndim, const int64_t *shape)
+{
+    size_t nbytes;
+    if (!check_new("tg_tensor_new", dtype, device, ndim, shape, &nbytes)) return NULL;
+    tg_tensor *t = calloc(1, sizeof *t);
+    tg_storage *storage = calloc(1, sizeof *storage);
+    void *data = calloc(nbytes ? nbytes : 1, 1);
+    if (!t || !storage || !data) {
+        free(t);
+        free(storage);
+        free(data);
+        tg_error(TG_ERR_NOMEM, "tg_tensor_new: out of memory for %zu bytes", nbytes);
+        return NULL;
+    }
+    *storage = (tg_storage){data, nbytes, TG_DEVICE_CPU, TG_STORAGE_HEAP};
+    init_tensor(t, storage, dtype, ndim, shape);
+    return t;
+}
+
+void tg_tensor_free(tg_tensor *t)
+{
+    if (!t || t->tape || !t->storage || t->storage->kind != TG_STORAGE_HEAP) return;
+    tg_tensor *grad = t->grad;
+    free(t->storage->data);
+    free(t->storage);
+    free(t);
+    if (grad) tg_tensor_free(grad);
+}
+
+/* ---- gradients of leaves ----------------------------------------------------------------- */
+
+tg_status tg_set_requires_grad(tg_tensor *t, bool requires_grad)
+{
+    if (!tg_check_tensor("tg_set_requires_grad", "t", t)) return TG_ERR_INVALID;
+    if (t->producer) {
+        const char *name = "t";
+        const tg_tensor *tensor = t;
+        return tg_error_tensors(TG_ERR_STATE, 1, &name, &tensor,
+                                "tg_set_requires_grad: t was made by an op; only leaves can be marked");
+    }
+    if (requires_grad && !tg_dtype_is_float(t->dtype)) {
+        const char *name = "t";
+        const tg_tensor *tensor = t;
+        return tg_error_tensors(TG_ERR_DTYPE, 1, &name, &tensor,
+                                "tg_set_requires_grad: only float tensors can have gradients");
+    }
+    if (requires_grad && !t->grad) {
+        /* The gradient lives with its tensor: on the same tape, or on the heap. */
+        t->grad = t->tape ? tg_zeros(t->tape, t->dtype, t->device, t->ndim, t->shape)
+                          : tg_tensor_new(t->dtype, t->device, t->ndim, t->shape);
+        if (!t->grad) return TG_ERR_NOMEM;
+    }
+    t->requires_grad = requires_grad;
+    return TG_OK;
+}
+
+tg_status tg_zero_grad(tg_tensor *t)
+{
+    if (!tg_check_tensor("tg_zero_grad", "t", t)) return TG_ERR_INVALID;
+    return t->grad ? tg_fill(t->grad, 0.0) : TG_OK;
+}
+
+/* ---- element access ------------------------------------------------------------------------ */
+
+void *tg_data(const tg_tensor *t)
+{
+    if (!tg_check_tensor("tg_data", "t", t)) return NULL;
+    if (t->device != TG_DEVICE_CPU) {
+        tg_error(TG_ERR_DEVICE, "tg_data: the tensor is on %s; copy it to the host first", tg_device_name(t->device));
+        return NULL;
+    }
+    return tg_bytes(t);
+}
+
+static int64_t offset_of_flat(const tg_tensor *t, int64_t flat)
+{
+    int64_t offset = 0;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        int64_t n = t->shape[i] ? t->shape[i] : 1;
+        offset += (flat % n) * t->strides[i];
+        flat /= n;
+    }
+    return offset;
+}
+
+double tg_get(const tg_tensor *t, const int64_t *index)
+{
+    int64_t offset = 0;
+    for (int i = 0; i < t->ndim; i++) offset += index[i] * t->strides[i];
+    return tg_load(tg_bytes(t), t->dtype, offset);
+}
+
+void tg_set(tg_tensor *t, const int64_t *index, double value)
+{
+    int64_t offset = 0;
+    for (int i = 0; i < t->ndim; i++) offset += index[i] * t->strides[i];
+    tg_store(tg_bytes(t), t->dtype, offset, value);
+}
+
+double tg_get_flat(const tg_tensor *t, int64_t flat_index)
+{
+    return tg_load(tg_bytes(t), t->dtype, offset_of_flat(t, flat_index));
+}
+
+void tg_set_flat(tg_tensor *t, int64_t flat_index, double value)
+{
+    tg_store(tg_bytes(t), t->dtype, offset_of_flat(t, flat_index), value);
+}
+
+double tg_item(const tg_tensor *t) { return tg_get_flat(t, 0); }
+
+/* Copies between two strided element sequences of the same shape, converting dtypes. */
+static void copy_strided(void *dst, tg_dtype dst_dtype, const int64_t *dst_strides, const void *src,
+                         tg_dtype src_dtype, const int64_t *src_strides, int ndim, const int64_t *shape)
+{
+    tg_iter it;
+    tg_iter_init(&it, ndim, shape, 2, (const int64_t *[]){dst_strides, src_strides});
+    if (it.empty) return;
+    if (dst_dtype == src_dtype && it.row_stride[0] == 1 && it.row_stride[1] == 1) {
+        size_t size = tg_dtype_size(dst_dtype);
+        do memcpy((char *)dst + it.offset[0] * (int64_t)size, (const char *)src + it.offset[1] * (int64_t)size,
+                  (size_t)it.row_length * size);
+        while (tg_iter_next_row(&it));
+        return;
+    }
+    do {
+        for (int64_t j = 0; j < it.row_length; j++)
+            tg_store(dst, dst_dtype, it.offset[0] + j * it.row_stride[0],
+                     tg_load(src, src_dtype, it.offset[1] + j * it.row_stride[1]));
+    } while (tg_iter_next_row(&it));
+}
+
+static bool check_host_copy(const char *op, const tg_tensor *t, const void *host, tg_dtype host_dtype)
+{
+    if (!tg_check_tensor(op, "t", t)) return false;
+    if (!host) {
+        tg_error(TG_ERR_INVALID, "%s: host pointer is NULL", op);
+        return false;
+    }
+    if (!tg_dtype_size(host_dtype)) {
+        tg_error(TG_ERR_DTYPE, "%s: invalid host dtype %d", op, (int)host_dtype);
+        return false;
+    }
+    if (t->device != TG_DEVICE_CPU) {
+        tg_error(TG_ERR_DEVICE, "%s: no %s copy in this build", op, tg_device_name(t->device));
+        return false;
+    }
+    return true;
+}
+
+tg_status tg_copy_from_host(tg_tensor *t, const void *host, tg_dtype host_dtype)
+{
+    if (!check_host_copy("tg_copy_from_host", t, host, host_dtype)) return TG_ERR_INVALID;
+    int64_t strides[TG_MAX_DIMS];
+    tg_contiguous_strides(t->ndim, t->shape, strides);
+    copy_strided(tg_bytes(t), t->dtype, t->strides, host, host_dtype, strides, t->ndim, t->shape);
+    return TG_OK;
+}
+
+tg_status tg_copy_to_host(const tg_tensor *t, void *host, tg_dtype host_dtype)
+{
+    if (!check_host_copy("tg_copy_to_host", t, host, host_dtype)) return TG_ERR_INVALID;
+    int64_t strides[TG_MAX_DIMS];
+    tg_contiguous_strides(t->ndim, t->shape, strides);
+    copy_strided(host, host_dtype, strides, tg_bytes(t), t->dtype, t->strides, t->ndim, t->shape);
+    return TG_OK;
+}
+
+tg_status tg_copy(tg_tensor *dst, const tg_tensor *src)
+{
+    if (!tg_check_tensor("tg_copy", "dst", dst) || !tg_check_tensor("tg_copy", "src", src))
+        return TG_ERR_INVALID;
+    if (!tg_same_shape(dst, src)) {
+        const char *names[2] = {"dst", "src"};
+        const tg_tensor *tensors[2] = {dst, src};
+        return tg_error_tensors(TG_ERR_INVALID, 2, names, tensors, "tg_copy: shapes differ");
+    }
+    if (dst->device != TG_DEVICE_CPU || src->device != TG_DEVICE_CPU)
+        return tg_error(TG_ERR_DEVICE, "tg_copy: no %s copy in this build",
+                        tg_device_name(dst->device != TG_DEVICE_CPU ? dst->device : src->device));
+    copy_strided(tg_bytes(dst), dst->dtype, dst->strides, tg_bytes(src), src->dtype, src->strides, dst->ndim,
+                 dst->shape);
+    return TG_OK;
+}
+
+tg_status tg_fill(tg_tensor *t, double value)
+{
+    if (!tg_check_tensor("tg_fill", "t", t)) return TG_ERR_INVALID;
+    if (t->device != TG_DEVICE_CPU)
+        return tg_error(TG_ERR_DEVICE, "tg_fill: no %s fill in this build", tg_device_name(t->device));
+    tg_iter it;
+    tg_iter_init(&it, t->ndim, t->shape, 1, (const int64_t *[]){t->strides});
+    if (it.empty) return TG_OK;
+    char *base = tg_bytes(t);
+    do {
+        for (int64_t j = 0; j < it.row_length; j++) tg_store(base, t->dtype, it.offset[0] + j * it.row_stride[0], value);
+    } while (tg_iter_next_row(&it));
+    return TG_OK;
+}

@@ -1,0 +1,12 @@
+/* tapegrad.h: the whole public API. */
+#ifndef TAPEGRAD_H
+#define TAPEGRAD_H
+
+#include "tapegrad/tensor.h"
+#include "tapegrad/autograd.h"
+#include "tapegrad/ops.h"
+#include "tapegrad/params.h"
+#include "tapegrad/rng.h"
+#include "tapegrad/gradcheck.h"
+
+#endif

@@ -1,0 +1,94 @@
+/* tapegrad/autograd.h: the tape, recording ops, and running backward.
+ *
+ * Every op takes the tape as its first argument. The tape owns the op's output
+ * (an arena allocation freed by tg_tape_reset) and, when gradients are enabled and
+ * some input requires a gradient, records a node: the op's backward function, its
+ * inputs, its outputs and a small copy of its parameters. tg_backward walks the
+ * nodes in reverse order (a loop, not recursion) and hands each node's output
+ * gradients to its backward function; the returned input gradients are summed into
+ * ->grad by one accumulate function.
+ *
+ * This header is also what a custom op needs: see docs/writing-an-op.md.
+ */
+#ifndef TAPEGRAD_AUTOGRAD_H
+#define TAPEGRAD_AUTOGRAD_H
+
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+tg_tape *tg_tape_create(void);
+void tg_tape_free(tg_tape *tape);
+/* Frees every activation, activation gradient and node of the step. The arena keeps
+ * its memory, so the next identical step gets identical addresses. Tensors made on
+ * the tape must not be used after this. */
+void tg_tape_reset(tg_tape *tape);
+/* Enables or disables recording; returns the previous setting. */
+bool tg_tape_set_grad_enabled(tg_tape *tape, bool enabled);
+bool tg_tape_grad_enabled(const tg_tape *tape);
+size_t tg_tape_node_count(const tg_tape *tape);
+size_t tg_tape_bytes_in_use(const tg_tape *tape);
+
+/* Backward from a one-element loss (seeded with 1). */
+tg_status tg_backward(tg_tape *tape, tg_tensor *loss);
+/* Backward from any recorded output, seeded with the given gradient (same shape). */
+tg_status tg_backward_with_grad(tg_tape *tape, tg_tensor *output, const tg_tensor *output_grad);
+
+/* A view of x that shares its data but is cut off from the tape (no gradient flows). */
+tg_tensor *tg_detach(tg_tape *tape, tg_tensor *x);
+
+/* ---- writing an op ------------------------------------------------------------ */
+
+/* A backward function. dy[j] is the gradient of output j, or NULL when none reached
+ * it (treat as zeros; a single-output node is only called with dy[0] != NULL).
+ * It stores in dx[i] the gradient of input i (a tensor of input i's shape and dtype,
+ * usually allocated with tg_empty on node->tape) or leaves it NULL when
+ * tg_node_needs_grad(node, i) is false. It never touches ->grad itself. */
+typedef tg_status (*tg_backward_fn)(tg_node *node, tg_tensor *const *dy, tg_tensor **dx);
+
+struct tg_node {
+    const char *op;          /* name, for messages */
+    tg_backward_fn backward;
+    tg_tape *tape;           /* where backward allocates */
+    int n_inputs;
+    tg_tensor **inputs;
+    int n_outputs;
+    tg_tensor **outputs;
+    void *ctx;               /* the op's saved parameters (a copy made by tg_record) */
+    tg_node *prev;           /* the node recorded before this one */
+};
+
+typedef struct {
+    const char *op;
+    tg_backward_fn backward;
+    tg_tensor *const *inputs; /* entries may be NULL (an absent optional input) */
+    int n_inputs;
+    tg_tensor *const *outputs;
+    int n_outputs;
+    const void *ctx;          /* copied into the tape; may hold tensor pointers */
+    size_t ctx_size;
+} tg_op_record;
+
+/* Records a node when gradients are enabled and some input requires a gradient, and
+ * then marks the outputs as requiring gradients; otherwise does nothing. */
+tg_status tg_record(tg_tape *tape, const tg_op_record *record);
+bool tg_node_needs_grad(const tg_node *node, int input_index);
+
+/* Arena marks, so a failing op can give back what it allocated. */
+typedef struct {
+    size_t arena_used;
+    size_t n_nodes;
+    void *arena_chunk;
+} tg_tape_mark;
+tg_tape_mark tg_tape_get_mark(const tg_tape *tape);
+void tg_tape_rewind(tg_tape *tape, tg_tape_mark mark);
+
+/* Raw bytes from the tape's arena (64-byte aligned, freed by reset). */
+void *tg_tape_alloc(tg_tape *tape, size_t nbytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

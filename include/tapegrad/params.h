@@ -1,0 +1,43 @@
+/* tapegrad/params.h: a model's parameters in one contiguous buffer.
+ *
+ * Every parameter's data sits in one buffer and every gradient in a second one with
+ * the same layout, so zeroing, clipping and the optimizer step are single passes over
+ * flat memory. Parameters are leaves that always require gradients; backward adds
+ * into their ->grad, and tg_params_zero_grad clears all of them at once.
+ *
+ * The buffers grow as parameters are added (tensors stay valid: they refer to the
+ * store's storage, not to raw addresses), so build the model first, then train.
+ */
+#ifndef TAPEGRAD_PARAMS_H
+#define TAPEGRAD_PARAMS_H
+
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tg_params tg_params;
+
+tg_params *tg_params_create(tg_device device);
+void tg_params_free(tg_params *params);
+/* A new zero-filled parameter; the name is copied (used in messages and checkpoints). */
+tg_tensor *tg_params_add(tg_params *params, const char *name, tg_dtype dtype, int ndim,
+                         const int64_t *shape);
+size_t tg_params_count(const tg_params *params);
+tg_tensor *tg_params_get(const tg_params *params, size_t index);
+tg_tensor *tg_params_find(const tg_params *params, const char *name);
+/* Total elements over all parameters. */
+int64_t tg_params_numel(const tg_params *params);
+tg_status tg_params_zero_grad(tg_params *params);
+/* The flat data and gradient buffers (all parameters share one dtype per store). */
+void *tg_params_data(tg_params *params);
+void *tg_params_grad(tg_params *params);
+
+/* Plain SGD over the whole store: p ← p − lr · grad. */
+tg_status tg_params_sgd_step(tg_params *params, double lr);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,29 @@
+/* tapegrad/rng.h: a seeded, portable random number generator (xoshiro256**).
+ * The same seed gives the same numbers on every machine. */
+#ifndef TAPEGRAD_RNG_H
+#define TAPEGRAD_RNG_H
+
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    uint64_t s[4];
+} tg_rng;
+
+void tg_rng_seed(tg_rng *rng, uint64_t seed);
+uint64_t tg_rng_next(tg_rng *rng);
+double tg_rng_uniform(tg_rng *rng);              /* [0, 1) */
+double tg_rng_normal(tg_rng *rng);               /* mean 0, standard deviation 1 */
+int64_t tg_rng_below(tg_rng *rng, int64_t bound); /* uniform in [0, bound), bound > 0 */
+
+/* Fill any float tensor (any layout). */
+tg_status tg_fill_uniform(tg_tensor *t, tg_rng *rng, double low, double high);
+tg_status tg_fill_normal(tg_tensor *t, tg_rng *rng, double mean, double stddev);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,144 @@
+/* tapegrad/tensor.h: dtypes, devices, status codes and the strided tensor.
+ *
+ * A tensor is a view: a dtype, a shape, strides (in elements, not bytes), an
+ * element offset and a pointer to the storage that owns the bytes. Views such as
+ * transpose or slice share storage and cost no copy.
+ *
+ * Who owns memory (see docs/architecture.md):
+ *   - tensors made on a tape (tg_empty, op outputs) live until tg_tape_reset;
+ *   - parameters live in a tg_params store, one contiguous buffer for all of them;
+ *   - tensors from tg_tensor_new are the caller's, freed with tg_tensor_free.
+ */
+#ifndef TAPEGRAD_TENSOR_H
+#define TAPEGRAD_TENSOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TG_MAX_DIMS 6
+
+typedef enum {
+    TG_OK = 0,
+    TG_ERR_INVALID = 1,     /* bad argument: NULL, shape, rank, axis, value */
+    TG_ERR_DTYPE = 2,       /* unsupported or mismatched dtype */
+    TG_ERR_DEVICE = 3,      /* mismatched device, or a device this build cannot reach */
+    TG_ERR_OVERFLOW = 4,    /* a size or offset does not fit in 64 bits */
+    TG_ERR_NOMEM = 5,       /* an allocation failed */
+    TG_ERR_STATE = 6,       /* the call does not fit the object's state */
+} tg_status;
+
+typedef enum {
+    TG_F32 = 0,
+    TG_F64 = 1,
+    TG_BF16 = 2, /* storage type: converted to float for arithmetic */
+    TG_I32 = 3,  /* token ids and other integer data */
+    TG_DTYPE_COUNT
+} tg_dtype;
+
+typedef enum {
+    TG_DEVICE_CPU = 0,
+    TG_DEVICE_CUDA = 1,
+    TG_DEVICE_COUNT = 2,
+    TG_DEVICE_AUTO = 3, /* a request only: CUDA when a GPU is present, else CPU */
+} tg_device;
+
+typedef struct tg_storage tg_storage;
+typedef struct tg_node tg_node;
+typedef struct tg_tape tg_tape;
+
+/* Fields are public to read; change them only through the API. */
+typedef struct tg_tensor {
+    tg_dtype dtype;
+    tg_device device;
+    int ndim;
+    int64_t shape[TG_MAX_DIMS];
+    int64_t strides[TG_MAX_DIMS]; /* in elements */
+    int64_t offset;               /* in elements, from the start of storage */
+    tg_storage *storage;
+    bool requires_grad;
+    struct tg_tensor *grad; /* same shape, contiguous; NULL until a gradient arrives */
+    tg_node *producer;      /* the tape node that made it; NULL for leaves */
+    tg_tape *tape;          /* the tape that owns it; NULL for parameters and free tensors */
+    const char *name;       /* optional, used in messages */
+} tg_tensor;
+
+/* ---- errors ---------------------------------------------------------------- */
+
+/* The message of the last failed call on this thread ("" when none). */
+const char *tg_last_error(void);
+void tg_clear_error(void);
+const char *tg_status_name(tg_status status);
+
+/* ---- dtypes and devices ---------------------------------------------------- */
+
+const char *tg_dtype_name(tg_dtype dtype);
+size_t tg_dtype_size(tg_dtype dtype);
+bool tg_dtype_is_float(tg_dtype dtype);
+const char *tg_device_name(tg_device device);
+/* Whether this build and machine can run on the device (CPU: always). */
+bool tg_device_available(tg_device device);
+/* TG_DEVICE_AUTO → the device that will be used; others are returned as given. */
+tg_device tg_device_resolve(tg_device device);
+
+float tg_bf16_to_f32(uint16_t value);
+uint16_t tg_f32_to_bf16(float value); /* round to nearest even; NaN stays NaN */
+
+/* ---- creation -------------------------------------------------------------- */
+
+/* Uninitialised / zero-filled tensors owned by the tape (freed by tg_tape_reset). */
+tg_tensor *tg_empty(tg_tape *tape, tg_dtype dtype, tg_device device, int ndim, const int64_t *shape);
+tg_tensor *tg_zeros(tg_tape *tape, tg_dtype dtype, tg_device device, int ndim, const int64_t *shape);
+tg_tensor *tg_full(tg_tape *tape, tg_dtype dtype, tg_device device, int ndim, const int64_t *shape,
+                   double value);
+/* A contiguous tensor on the tape filled from host memory holding `dtype` values. */
+tg_tensor *tg_from_data(tg_tape *tape, tg_dtype dtype, tg_device device, int ndim,
+                        const int64_t *shape, const void *data);
+/* A contiguous tensor with the shape, dtype and device of x (its data uninitialised). */
+tg_tensor *tg_empty_like(tg_tape *tape, const tg_tensor *x);
+tg_tensor *tg_zeros_like(tg_tape *tape, const tg_tensor *x);
+
+/* A tensor the caller owns: zero-filled, freed with tg_tensor_free (with its gradient). */
+tg_tensor *tg_tensor_new(tg_dtype dtype, tg_device device, int ndim, const int64_t *shape);
+void tg_tensor_free(tg_tensor *t);
+
+/* ---- properties -------------------------------------------------------------- */
+
+int64_t tg_numel(const tg_tensor *t);
+bool tg_is_contiguous(const tg_tensor *t);
+bool tg_same_shape(const tg_tensor *a, const tg_tensor *b);
+/* Writes "[2, 3] f32 cpu" (shape, dtype, device) into buf; returns buf. */
+char *tg_describe(const tg_tensor *t, char *buf, size_t size);
+
+/* Marks a leaf as needing a gradient; its grad buffer is allocated (zeroed) now. */
+tg_status tg_set_requires_grad(tg_tensor *t, bool requires_grad);
+/* Sets t->grad to zeros if it has one. */
+tg_status tg_zero_grad(tg_tensor *t);
+
+/* ---- element access (CPU tensors; any dtype, values as double) --------------- */
+
+/* Raw pointer to element 0 of the view (storage + offset); NULL on error. */
+void *tg_data(const tg_tensor *t);
+/* Element at a multi-index (ndim entries) or at a flat row-major logical index. */
+double tg_get(const tg_tensor *t, const int64_t *index);
+void tg_set(tg_tensor *t, const int64_t *index, double value);
+double tg_get_flat(const tg_tensor *t, int64_t flat_index);
+void tg_set_flat(tg_tensor *t, int64_t flat_index, double value);
+/* The single value of a one-element tensor. */
+double tg_item(const tg_tensor *t);
+/* Copies between host memory (contiguous, row-major, `host_dtype` values) and a tensor of
+ * any layout, converting dtypes as needed. */
+tg_status tg_copy_from_host(tg_tensor *t, const void *host, tg_dtype host_dtype);
+tg_status tg_copy_to_host(const tg_tensor *t, void *host, tg_dtype host_dtype);
+/* dst ← src elementwise (same shape; any layouts and float dtypes; no tape record). */
+tg_status tg_copy(tg_tensor *dst, const tg_tensor *src);
+tg_status tg_fill(tg_tensor *t, double value);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,156 @@
+/* tests/test_util.c: see test_util.h. */
+#include "test_util.h"
+
+#include "core/internal.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static tg_rng rng;
+static uint64_t seed;
+static bool seeded;
+
+uint64_t tt_seed(void)
+{
+    if (!seeded) {
+        const char *env = getenv("TG_TEST_SEED");
+        seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL) * 1000003u ^ (uint64_t)getpid();
+        tg_rng_seed(&rng, seed);
+        seeded = true;
+    }
+    return seed;
+}
+
+tg_rng *tt_rng(void)
+{
+    tt_seed();
+    return &rng;
+}
+
+int64_t tt_randint(int64_t low, int64_t high) { return low + tg_rng_below(tt_rng(), high - low + 1); }
+
+tg_tensor *tt_randn(tg_tape *tape, tg_dtype dtype, int ndim, const int64_t *shape)
+{
+    tg_tensor *t = tg_empty(tape, dtype, TG_DEVICE_CPU, ndim, shape);
+    cr_assert(t, "tt_randn: %s", tg_last_error());
+    tg_fill_normal(t, tt_rng(), 0.0, 1.0);
+    return t;
+}
+
+tg_tensor *tt_leaf(tg_tape *tape, tg_dtype dtype, int ndim, const int64_t *shape)
+{
+    tg_tensor *t = tt_randn(tape, dtype, ndim, shape);
+    cr_assert_eq(tg_set_requires_grad(t, true), TG_OK, "%s", tg_last_error());
+    return t;
+}
+
+tg_tensor *tt_strided_leaf(tg_tape *tape, tg_dtype dtype, int ndim, const int64_t *shape)
+{
+    /* Base: the wanted shape with the first two dimensions swapped and the last doubled. */
+    int64_t base_shape[TG_MAX_DIMS];
+    memcpy(base_shape, shape, sizeof(int64_t) * (size_t)ndim);
+    if (ndim >= 2) {
+        base_shape[0] = shape[1];
+        base_shape[1] = shape[0];
+    }
+    base_shape[ndim - 1] *= 2;
+    tg_tensor *base = tt_randn(tape, dtype, ndim, base_shape);
+    int64_t strides[TG_MAX_DIMS];
+    memcpy(strides, base->strides, sizeof strides);
+    strides[ndim - 1] *= 2; /* every other element of the last dimension */
+    if (ndim >= 2) {
+        int64_t swap = strides[0];
+        strides[0] = strides[1];
+        strides[1] = swap;
+    }
+    tg_tensor *view = tg_view(tape, base, ndim, shape, strides, 1);
+    cr_assert(view);
+    cr_assert(!tg_is_contiguous(view) || tg_numel(view) <= 1);
+    cr_assert_eq(tg_set_requires_grad(view, true), TG_OK, "%s", tg_last_error());
+    return view;
+}
+
+tg_tensor *tt_ids(tg_tape *tape, int ndim, const int64_t *shape, int32_t bound)
+{
+    tg_tensor *t = tg_empty(tape, TG_I32, TG_DEVICE_CPU, ndim, shape);
+    cr_assert(t, "tt_ids: %s", tg_last_error());
+    int32_t *ids = tg_data(t);
+    for (int64_t i = 0; i < tg_numel(t); i++) ids[i] = (int32_t)tg_rng_below(tt_rng(), bound);
+    return t;
+}
+
+void tt_gradcheck(const char *what, tg_gradcheck_fn fn, tg_tensor *const *inputs, int n_inputs, void *user,
+                  const tg_gradcheck_options *opts)
+{
+    tg_gradcheck_result result;
+    tg_status status = tg_gradcheck(fn, inputs, n_inputs, user, opts, &result);
+    cr_assert_eq(status, TG_OK, "%s: gradcheck could not run: %s (seed %llu)", what, tg_last_error(),
+                 (unsigned long long)tt_seed());
+    cr_assert(result.passed, "%s: %s (seed %llu)", what, result.message, (unsigned long long)tt_seed());
+}
+
+double tt_rel_error(const tg_tensor *a, const tg_tensor *b)
+{
+    cr_assert(tg_same_shape(a, b), "tt_rel_error: shapes differ");
+    double diff = 0, norm = 0;
+    for (int64_t i = 0; i < tg_numel(a); i++) {
+        double x = tg_get_flat(a, i), y = tg_get_flat(b, i);
+        if (isnan(x) || isnan(y)) return INFINITY;
+        diff += (x - y) * (x - y);
+        norm += y * y;
+    }
+    return norm > 0 ? sqrt(diff / norm) : sqrt(diff);
+}
+
+tt_state tt_snapshot(tg_tape *tape)
+{
+    tg_clear_error();
+    return (tt_state){tape, tg_tape_node_count(tape), tg_tape_bytes_in_use(tape)};
+}
+
+static void assert_clean(const tt_state *before, const char *op)
+{
+    const char *message = tg_last_error();
+    cr_assert(strstr(message, op), "the error should name %s, got: \"%s\"", op, message);
+    cr_assert_eq(tg_tape_node_count(before->tape), before->nodes, "%s: a failed op left nodes on the tape", op);
+    cr_assert_eq(tg_tape_bytes_in_use(before->tape), before->bytes, "%s: a failed op left memory on the tape (%s)",
+                 op, message);
+}
+
+void tt_assert_failed(const tt_state *before, const void *result, const char *op)
+{
+    cr_assert_null(result, "%s should have failed", op);
+    assert_clean(before, op);
+}
+
+void tt_assert_failed_with(const tt_state *before, const void *result, const char *op, ...)
+{
+    tt_assert_failed(before, result, op);
+    va_list words;
+    va_start(words, op);
+    for (const char *word = va_arg(words, const char *); word; word = va_arg(words, const char *))
+        cr_assert(strstr(tg_last_error(), word), "%s: the error should mention \"%s\", got: \"%s\"", op, word,
+                  tg_last_error());
+    va_end(words);
+}
+
+void tt_assert_status_failed(const tt_state *before, tg_status status, const char *op)
+{
+    cr_assert_neq(status, TG_OK, "%s should have failed", op);
+    assert_clean(before, op);
+}
+
+tg_tensor *tt_fake_cuda(tg_tape *tape, const tg_tensor *x)
+{
+    tg_tensor *fake = tg_tape_alloc(tape, sizeof *fake);
+    *fake = *x;
+    fake->device = TG_DEVICE_CUDA;
+    fake->requires_grad = false;
+    fake->grad = NULL;
+    fake->producer = NULL;
+    return fake;
+}

@@ -1,0 +1,61 @@
+/* tests/test_util.h: helpers shared by the Criterion tests.
+ *
+ * Random inputs are fresh on every run: the seed comes from the clock unless
+ * TG_TEST_SEED is set, and every failure message prints it so a run can be replayed. */
+#ifndef TAPEGRAD_TEST_UTIL_H
+#define TAPEGRAD_TEST_UTIL_H
+
+#include <criterion/criterion.h>
+#include <tapegrad.h>
+
+/* The generator for this test process (seeded once, lazily). */
+tg_rng *tt_rng(void);
+uint64_t tt_seed(void);
+/* A uniform integer in [low, high]. */
+int64_t tt_randint(int64_t low, int64_t high);
+
+/* A tape tensor of normal(0, 1) values (never all zeros). */
+tg_tensor *tt_randn(tg_tape *tape, tg_dtype dtype, int ndim, const int64_t *shape);
+/* The same, marked as a leaf that requires a gradient. */
+tg_tensor *tt_leaf(tg_tape *tape, tg_dtype dtype, int ndim, const int64_t *shape);
+/* A non-contiguous leaf with the given shape: a strided view (every other element along
+ * the last dimension, and the first two dimensions swapped when ndim ≥ 2) of a larger
+ * random tensor. */
+tg_tensor *tt_strided_leaf(tg_tape *tape, tg_dtype dtype, int ndim, const int64_t *shape);
+/* Random i32 ids in [0, bound). */
+tg_tensor *tt_ids(tg_tape *tape, int ndim, const int64_t *shape, int32_t bound);
+
+/* Runs tg_gradcheck with the given tolerances and asserts it passed; `what` names the
+ * case in the failure message. opts may be NULL for the defaults. */
+void tt_gradcheck(const char *what, tg_gradcheck_fn fn, tg_tensor *const *inputs, int n_inputs, void *user,
+                  const tg_gradcheck_options *opts);
+
+/* Relative error ‖a − b‖ / ‖b‖ over all elements (same shape, any dtypes/layouts). */
+double tt_rel_error(const tg_tensor *a, const tg_tensor *b);
+
+/* ---- bad-input checks ---------------------------------------------------------------
+ * Snapshot the tape, call the op, then assert it failed cleanly:
+ *
+ *   tt_state s = tt_snapshot(tape);
+ *   tg_tensor *y = tg_add(tape, a, NULL);
+ *   tt_assert_failed(&s, y, "tg_add");
+ *
+ * "Cleanly": NULL result, the message names the op (and any `also` words, e.g. shapes),
+ * and the tape holds the same nodes and bytes as before. */
+typedef struct {
+    tg_tape *tape;
+    size_t nodes;
+    size_t bytes;
+} tt_state;
+tt_state tt_snapshot(tg_tape *tape);
+void tt_assert_failed(const tt_state *before, const void *result, const char *op);
+/* As above, and the message must contain each of the NULL-terminated words. */
+void tt_assert_failed_with(const tt_state *before, const void *result, const char *op, ...);
+/* For functions returning a status. */
+void tt_assert_status_failed(const tt_state *before, tg_status status, const char *op);
+
+/* A copy of the tensor struct that claims to live on CUDA (its data stays on the host):
+ * ops must reject it in their checks, before touching any data. */
+tg_tensor *tt_fake_cuda(tg_tape *tape, const tg_tensor *x);
+
+#endif
