@@ -2,6 +2,7 @@
  * that undoes broadcasting. */
 #include "internal.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* out[...] += in[...] over `shape`, with any strides (0 where `out` is broadcast). */
@@ -52,6 +53,16 @@ tg_tensor *tg_reduce_to_shape(tg_tape *tape, const tg_tensor *g, int ndim, const
         tg_error_no_kernel("tg_reduce_to_shape", g->device);
         return NULL;
     }
-    add_strided(tg_bytes(out), out->dtype, out_strides, tg_bytes(g), g->dtype, g->strides, g->ndim, g->shape);
+    /* Sum in double, then round once: summing many terms straight into f32 or bf16
+     * storage would round after every term. */
+    int64_t n = tg_numel(out);
+    double *sums = calloc((size_t)(n ? n : 1), sizeof *sums);
+    if (!sums) {
+        tg_error(TG_ERR_NOMEM, "tg_reduce_to_shape: out of memory");
+        return NULL;
+    }
+    add_strided((char *)sums, TG_F64, out_strides, tg_bytes(g), g->dtype, g->strides, g->ndim, g->shape);
+    for (int64_t i = 0; i < n; i++) tg_store(tg_bytes(out), out->dtype, i, sums[i]);
+    free(sums);
     return out;
 }
