@@ -1,0 +1,135 @@
+/* Tensors: creation, dtypes and bf16 conversion, strides and views, host copies, size
+ * overflow, and the errors of the creation functions. */
+#include "test_util.h"
+
+#include "core/internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+Test(tensor, creation_shapes_strides_and_fill)
+{
+    tg_tape *tape = tg_tape_create();
+    for (int ndim = 1; ndim <= TG_MAX_DIMS; ndim++) {
+        int64_t shape[TG_MAX_DIMS], numel = 1;
+        for (int i = 0; i < ndim; i++) numel *= shape[i] = tt_randint(1, 4);
+        double value = tg_rng_normal(tt_rng());
+        tg_tensor *t = tg_full(tape, TG_F64, TG_DEVICE_CPU, ndim, shape, value);
+        cr_assert(t, "%s", tg_last_error());
+        cr_assert_eq(tg_numel(t), numel);
+        cr_assert(tg_is_contiguous(t));
+        cr_assert_eq(t->strides[ndim - 1], 1);
+        for (int i = 0; i + 1 < ndim; i++) cr_assert_eq(t->strides[i], t->strides[i + 1] * shape[i + 1]);
+        for (int64_t e = 0; e < numel; e++) cr_assert_eq(tg_get_flat(t, e), value);
+        tg_tensor *z = tg_zeros(tape, TG_F32, TG_DEVICE_CPU, ndim, shape);
+        for (int64_t e = 0; e < numel; e++) cr_assert_eq(tg_get_flat(z, e), 0.0);
+    }
+    tg_tape_free(tape);
+}
+
+Test(tensor, dtypes_round_trip_through_host_copies)
+{
+    tg_tape *tape = tg_tape_create();
+    int64_t n = tt_randint(1, 100);
+    double *values = malloc(sizeof(double) * (size_t)n), *back = malloc(sizeof(double) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) values[i] = tg_rng_normal(tt_rng()) * 100;
+    const tg_dtype dtypes[3] = {TG_F32, TG_F64, TG_BF16};
+    const double tolerance[3] = {1e-7, 0, 1.0 / 256};
+    for (int d = 0; d < 3; d++) {
+        tg_tensor *t = tg_empty(tape, dtypes[d], TG_DEVICE_CPU, 1, &n);
+        cr_assert_eq(tg_copy_from_host(t, values, TG_F64), TG_OK);
+        cr_assert_eq(tg_copy_to_host(t, back, TG_F64), TG_OK);
+        for (int64_t i = 0; i < n; i++)
+            cr_assert_leq(fabs(back[i] - values[i]), tolerance[d] * fabs(values[i]), "%s: %g vs %g",
+                          tg_dtype_name(dtypes[d]), back[i], values[i]);
+    }
+    int32_t ids[3] = {0, 7, -4};
+    tg_tensor *t = tg_from_data(tape, TG_I32, TG_DEVICE_CPU, 1, (int64_t[]){3}, ids);
+    cr_assert_eq(tg_get_flat(t, 2), -4.0);
+    free(values);
+    free(back);
+    tg_tape_free(tape);
+}
+
+Test(tensor, bf16_rounds_to_nearest_even_and_keeps_specials)
+{
+    for (int i = 0; i < 10000; i++) {
+        float v = (float)(tg_rng_normal(tt_rng()) * pow(10, tt_randint(-20, 20)));
+        float r = tg_bf16_to_f32(tg_f32_to_bf16(v));
+        /* The nearest bf16: |r − v| is at most half a unit in the last of 8 significant bits. */
+        cr_assert_leq(fabsf(r - v), fabsf(v) * (1.0f / 256), "%g → %g", v, r);
+        uint16_t below = tg_f32_to_bf16(v);
+        float lower = tg_bf16_to_f32(below), other = tg_bf16_to_f32((uint16_t)(below ^ 1u));
+        cr_assert_leq(fabsf(lower - v), fabsf(other - v), "%g should round to the nearer neighbour", v);
+    }
+    cr_assert(isnan(tg_bf16_to_f32(tg_f32_to_bf16(NAN))));
+    cr_assert(isinf(tg_bf16_to_f32(tg_f32_to_bf16(INFINITY))));
+    cr_assert_eq(tg_bf16_to_f32(tg_f32_to_bf16(1.0f)), 1.0f);
+    /* 1 + 2^-8 lies exactly between 1 and 1 + 2^-7: ties go to the even neighbour, 1. */
+    cr_assert_eq(tg_bf16_to_f32(tg_f32_to_bf16(1.0f + 1.0f / 256)), 1.0f);
+}
+
+Test(tensor, strided_views_read_and_write_through)
+{
+    tg_tape *tape = tg_tape_create();
+    int64_t R = tt_randint(2, 5), C = tt_randint(2, 5);
+    tg_tensor *base = tt_randn(tape, TG_F64, 2, (int64_t[]){R, C});
+    /* The transpose as a view: element (j, i) is base (i, j); no copy. */
+    tg_tensor *t = tg_view(tape, base, 2, (int64_t[]){C, R}, (int64_t[]){1, C}, 0);
+    cr_assert(!tg_is_contiguous(t));
+    for (int64_t i = 0; i < R; i++)
+        for (int64_t j = 0; j < C; j++)
+            cr_assert_eq(tg_get(t, (int64_t[]){j, i}), tg_get(base, (int64_t[]){i, j}));
+    tg_set(t, (int64_t[]){1, 0}, 99.0);
+    cr_assert_eq(tg_get(base, (int64_t[]){0, 1}), 99.0);
+    /* A contiguous copy keeps the values in row-major order of the view. */
+    tg_tensor *c = tg_contiguous(tape, t);
+    cr_assert(tg_is_contiguous(c) && c != t);
+    for (int64_t e = 0; e < R * C; e++) cr_assert_eq(tg_get_flat(c, e), tg_get_flat(t, e));
+    cr_assert_eq(tg_contiguous(tape, c), c, "a contiguous tensor is returned as is");
+    char text[128];
+    cr_assert(strstr(tg_describe(t, text, sizeof text), "strided"), "%s", text);
+    tg_tape_free(tape);
+}
+
+Test(tensor, heap_tensors_and_their_gradients)
+{
+    tg_tensor *t = tg_tensor_new(TG_F32, TG_DEVICE_CPU, 2, (int64_t[]){3, 4});
+    cr_assert(t && !t->tape && !t->grad);
+    for (int64_t e = 0; e < 12; e++) cr_assert_eq(tg_get_flat(t, e), 0.0);
+    cr_assert_eq(tg_set_requires_grad(t, true), TG_OK);
+    cr_assert(t->grad && tg_same_shape(t->grad, t));
+    tg_tensor_free(t); /* frees the gradient too (ASan would report a leak) */
+    tg_tensor_free(NULL);
+}
+
+Test(tensor, creation_errors)
+{
+    tg_tape *tape = tg_tape_create();
+    tt_state s = tt_snapshot(tape);
+    tt_assert_failed_with(&s, tg_empty(tape, TG_F32, TG_DEVICE_CPU, 2, (int64_t[]){INT64_MAX / 2, 3}), "tg_empty",
+                          "overflow", NULL);
+    tt_assert_failed_with(&s, tg_empty(tape, TG_F32, TG_DEVICE_CPU, 2, (int64_t[]){(int64_t)1 << 40, (int64_t)1 << 40}),
+                          "tg_empty", "overflow", NULL);
+    tt_assert_failed_with(&s, tg_empty(tape, TG_F32, TG_DEVICE_CPU, 2, (int64_t[]){2, -3}), "tg_empty", "negative", NULL);
+    tt_assert_failed_with(&s, tg_empty(tape, TG_F32, TG_DEVICE_CPU, 0, (int64_t[]){2}), "tg_empty", "ndim", NULL);
+    tt_assert_failed_with(&s, tg_empty(tape, TG_F32, TG_DEVICE_CPU, TG_MAX_DIMS + 1, (int64_t[]){1, 1, 1, 1, 1, 1, 1}),
+                          "tg_empty", "ndim", NULL);
+    tt_assert_failed_with(&s, tg_empty(tape, (tg_dtype)42, TG_DEVICE_CPU, 1, (int64_t[]){2}), "tg_empty", "dtype", NULL);
+    tt_assert_failed_with(&s, tg_empty(NULL, TG_F32, TG_DEVICE_CPU, 1, (int64_t[]){2}), "tg_empty", "tape", NULL);
+    if (!tg_device_available(TG_DEVICE_CUDA))
+        cr_assert_eq(tg_device_resolve(TG_DEVICE_AUTO), TG_DEVICE_CPU, "AUTO falls back to the CPU without a GPU");
+    tt_assert_failed_with(&s, tg_from_data(tape, TG_F32, TG_DEVICE_CPU, 1, (int64_t[]){2}, NULL), "tg_from_data", "NULL",
+                          NULL);
+    cr_assert_null(tg_tensor_new(TG_F32, TG_DEVICE_CPU, 1, (int64_t[]){INT64_MAX}));
+    cr_assert(strstr(tg_last_error(), "tg_tensor_new") && strstr(tg_last_error(), "overflow"), "%s", tg_last_error());
+    /* Marking: only float leaves. */
+    tg_tensor *ids = tt_ids(tape, 1, (int64_t[]){3}, 5);
+    cr_assert_eq(tg_set_requires_grad(ids, true), TG_ERR_DTYPE);
+    cr_assert(strstr(tg_last_error(), "i32"), "%s", tg_last_error());
+    tg_tensor *x = tt_leaf(tape, TG_F64, 1, (int64_t[]){3});
+    cr_assert_eq(tg_set_requires_grad(tg_exp(tape, x), false), TG_ERR_STATE);
+    cr_assert(strstr(tg_last_error(), "leaves"), "%s", tg_last_error());
+    tg_tape_free(tape);
+}
