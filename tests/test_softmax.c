@@ -140,6 +140,28 @@ Test(softmax, stable_with_huge_inputs)
     }
 }
 
+Test(softmax, masked_entries_at_minus_infinity)
+{
+    /* −inf entries (a mask) get probability 0 and gradient 0; the rest renormalise. */
+    tg_tape *tape = tg_tape_create();
+    double values[4] = {0.5, -INFINITY, 1.5, -INFINITY};
+    tg_tensor *x = tg_from_data(tape, TG_F64, TG_DEVICE_CPU, 1, (int64_t[]){4}, values);
+    tg_set_requires_grad(x, true);
+    tg_tensor *p = tg_softmax(tape, x), *logp = tg_log_softmax(tape, x);
+    double lse = log(exp(0.5) + exp(1.5));
+    cr_assert_float_eq(tg_get_flat(p, 0), exp(0.5 - lse), 1e-14);
+    cr_assert_float_eq(tg_get_flat(p, 2), exp(1.5 - lse), 1e-14);
+    cr_assert_eq(tg_get_flat(p, 1), 0.0);
+    cr_assert_float_eq(tg_get_flat(logp, 2), 1.5 - lse, 1e-14);
+    cr_assert(isinf(tg_get_flat(logp, 3)) && tg_get_flat(logp, 3) < 0);
+    tg_tensor *w = tt_randn(tape, TG_F64, 1, (int64_t[]){4});
+    cr_assert_eq(tg_backward(tape, tg_sum_all(tape, tg_mul(tape, p, w))), TG_OK, "%s", tg_last_error());
+    for (int i = 0; i < 4; i++) cr_assert(isfinite(tg_get_flat(x->grad, i)), "%d", i);
+    cr_assert_eq(tg_get_flat(x->grad, 1), 0.0);
+    cr_assert_eq(tg_get_flat(x->grad, 3), 0.0);
+    tg_tape_free(tape);
+}
+
 Test(softmax, f32_and_bf16_match_f64)
 {
     tg_tape *tape = tg_tape_create();
