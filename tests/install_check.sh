@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the built library into a scratch prefix, then builds and runs a program
-# outside the tree with nothing but `cc prog.c $(pkg-config --cflags --libs tapegrad)`.
+# outside the tree with nothing but `cc prog.c $(pkg-config --define-prefix --cflags --libs tapegrad)`.
 set -euo pipefail
 build_dir=$1
 work_dir=$2
@@ -32,8 +32,8 @@ PROG
 export PKG_CONFIG_PATH="$pc_dir"
 cd "$work_dir"
 # Shared library
-cc prog.c $(pkg-config --cflags --libs tapegrad) -o prog_shared
+cc prog.c $(pkg-config --define-prefix --cflags --libs tapegrad) -o prog_shared
 LD_LIBRARY_PATH="$lib_dir" ./prog_shared
 # Static library
-cc prog.c -static-libgcc $(pkg-config --cflags tapegrad) "$lib_dir/libtapegrad.a" $(pkg-config --static --libs-only-l --libs-only-L tapegrad | sed 's/-ltapegrad//') -o prog_static
+cc prog.c -static-libgcc $(pkg-config --define-prefix --cflags tapegrad) "$lib_dir/libtapegrad.a" $(pkg-config --define-prefix --static --libs-only-l --libs-only-L tapegrad | sed 's/-ltapegrad//') -o prog_static
 ./prog_static

@@ -1,0 +1,19 @@
+/* kernels/norm.h: the RMS normalisation kernels behind ops/norm.c.
+ * x is viewed as rows along its last dimension (D); weight has shape (D). */
+#ifndef TAPEGRAD_KERNELS_NORM_H
+#define TAPEGRAD_KERNELS_NORM_H
+
+#include "core/internal.h"
+
+/* y = x · r · weight per row, with r = 1 / sqrt(mean(x²) + eps); y is contiguous. */
+typedef tg_status (*tg_rmsnorm_fwd_kernel)(const tg_tensor *x, const tg_tensor *weight, double eps, tg_tensor *y);
+/* Given dy (any layout), writes dx (contiguous, x's shape) and dw (contiguous, (D)); either
+ * may be NULL when that gradient is not wanted. dw is summed over rows in row order. */
+typedef tg_status (*tg_rmsnorm_bwd_kernel)(const tg_tensor *x, const tg_tensor *weight, double eps,
+                                           const tg_tensor *dy, tg_tensor *dx, tg_tensor *dw);
+
+tg_status tg_cpu_rmsnorm_fwd(const tg_tensor *x, const tg_tensor *weight, double eps, tg_tensor *y);
+tg_status tg_cpu_rmsnorm_bwd(const tg_tensor *x, const tg_tensor *weight, double eps, const tg_tensor *dy,
+                             tg_tensor *dx, tg_tensor *dw);
+
+#endif
