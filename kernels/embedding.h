@@ -1,0 +1,24 @@
+/* kernels/embedding.h: the lookup kernels behind ops/embedding.c.
+ * table is (V, D), ids is i32 of shape S, out and dy are (S..., D); all any strides. */
+#ifndef TAPEGRAD_KERNELS_EMBEDDING_H
+#define TAPEGRAD_KERNELS_EMBEDDING_H
+
+#include "core/internal.h"
+
+/* Finds the first id (in row-major order of ids) outside [0, vocab): *bad_position gets
+ * its flat position and *bad_id its value, or *bad_position = -1 when every id is valid. */
+typedef tg_status (*tg_embedding_find_bad_id_kernel)(const tg_tensor *ids, int64_t vocab, int64_t *bad_position,
+                                                     int64_t *bad_id);
+/* out[p, :] = table[ids[p], :] for every position p of ids (ids already checked). */
+typedef tg_status (*tg_embedding_fwd_kernel)(const tg_tensor *table, const tg_tensor *ids, tg_tensor *out);
+/* dtable[ids[p], :] += dy[p, :], for p in row-major order (so the sums are the same on
+ * every run); dtable holds zeros on entry. Each partial sum is stored in dtable's dtype,
+ * so a bf16 table accumulates at bf16 precision. Fails (writing nothing more) on an id
+ * outside [0, V), which can only happen when ids changed after the forward. */
+typedef tg_status (*tg_embedding_bwd_kernel)(const tg_tensor *dy, const tg_tensor *ids, tg_tensor *dtable);
+
+tg_status tg_cpu_embedding_find_bad_id(const tg_tensor *ids, int64_t vocab, int64_t *bad_position, int64_t *bad_id);
+tg_status tg_cpu_embedding_fwd(const tg_tensor *table, const tg_tensor *ids, tg_tensor *out);
+tg_status tg_cpu_embedding_bwd(const tg_tensor *dy, const tg_tensor *ids, tg_tensor *dtable);
+
+#endif
