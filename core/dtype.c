@@ -53,7 +53,9 @@ bool tg_device_available(tg_device device)
 tg_device tg_device_resolve(tg_device device)
 {
     if (device != TG_DEVICE_AUTO) return device;
-    return tg_device_available(TG_DEVICE_CUDA) ? TG_DEVICE_CUDA : TG_DEVICE_CPU;
+    /* CUDA only once this build can also allocate tensors there. */
+    bool cuda = tg_device_available(TG_DEVICE_CUDA) && tg_device_has_tensors(TG_DEVICE_CUDA);
+    return cuda ? TG_DEVICE_CUDA : TG_DEVICE_CPU;
 }
 
 /* bf16 is the top half of an IEEE float32. */

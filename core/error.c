@@ -35,6 +35,15 @@ tg_status tg_error(tg_status status, const char *format, ...)
     return status;
 }
 
+tg_status tg_set_error(tg_status status, const char *format, ...)
+{
+    va_list args;
+    va_start(args, format);
+    vsnprintf(last_error, sizeof last_error, format, args);
+    va_end(args);
+    return status;
+}
+
 tg_status tg_error_tensors(tg_status status, int n, const char *const *names,
                            const tg_tensor *const *tensors, const char *format, ...)
 {

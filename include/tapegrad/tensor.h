@@ -72,6 +72,13 @@ typedef struct tg_tensor {
 /* The message of the last failed call on this thread ("" when none). */
 const char *tg_last_error(void);
 void tg_clear_error(void);
+/* Sets this thread's message (printf-style) and returns status. For ops written outside
+ * the library, so that they report failures through tg_last_error like built-in ops. */
+tg_status tg_set_error(tg_status status, const char *format, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
 const char *tg_status_name(tg_status status);
 
 /* ---- dtypes and devices ---------------------------------------------------- */
