@@ -7,18 +7,24 @@
 bool tg_check_tape(const char *op, const tg_tape *tape)
 {
     if (tape) return true;
-    tg_error(TG_ERR_INVALID, "%s: tape is NULL", op);
+    tg_set_error(TG_ERR_INVALID, "%s: tape is NULL", op);
     return false;
 }
 
 bool tg_check_tensor(const char *op, const char *name, const tg_tensor *t)
 {
     if (!t) {
-        tg_error(TG_ERR_INVALID, "%s: %s is NULL", op, name);
+        /* Usually an earlier op failed and its NULL was passed on: keep its message. */
+        char earlier[512];
+        snprintf(earlier, sizeof earlier, "%s", tg_last_error());
+        if (earlier[0])
+            tg_set_error(TG_ERR_INVALID, "%s: %s is NULL (the last error before it: %s)", op, name, earlier);
+        else
+            tg_set_error(TG_ERR_INVALID, "%s: %s is NULL", op, name);
         return false;
     }
     if (!t->storage || t->ndim < 1 || t->ndim > TG_MAX_DIMS || !tg_dtype_size(t->dtype)) {
-        tg_error(TG_ERR_INVALID, "%s: %s is not a valid tensor (ndim %d)", op, name, t->ndim);
+        tg_set_error(TG_ERR_INVALID, "%s: %s is not a valid tensor (ndim %d)", op, name, t->ndim);
         return false;
     }
     return true;

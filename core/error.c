@@ -26,15 +26,6 @@ const char *tg_status_name(tg_status status)
     return "unknown status";
 }
 
-tg_status tg_error(tg_status status, const char *format, ...)
-{
-    va_list args;
-    va_start(args, format);
-    vsnprintf(last_error, sizeof last_error, format, args);
-    va_end(args);
-    return status;
-}
-
 tg_status tg_set_error(tg_status status, const char *format, ...)
 {
     va_list args;
@@ -66,5 +57,5 @@ tg_status tg_error_tensors(tg_status status, int n, const char *const *names,
 
 tg_status tg_error_no_kernel(const char *op, tg_device device)
 {
-    return tg_error(TG_ERR_DEVICE, "%s: no %s kernel in this build", op, tg_device_name(device));
+    return tg_set_error(TG_ERR_DEVICE, "%s: no %s kernel in this build", op, tg_device_name(device));
 }

@@ -58,7 +58,7 @@ tg_tensor *tg_reduce_to_shape(tg_tape *tape, const tg_tensor *g, int ndim, const
     int64_t n = tg_numel(out);
     double *sums = calloc((size_t)(n ? n : 1), sizeof *sums);
     if (!sums) {
-        tg_error(TG_ERR_NOMEM, "tg_reduce_to_shape: out of memory");
+        tg_set_error(TG_ERR_NOMEM, "tg_reduce_to_shape: out of memory");
         return NULL;
     }
     add_strided((char *)sums, TG_F64, out_strides, tg_bytes(g), g->dtype, g->strides, g->ndim, g->shape);

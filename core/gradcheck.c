@@ -27,7 +27,7 @@ static tg_status evaluate(checked_function *f, double *value)
     tg_tensor *out = f->fn(f->tape, f->inputs, f->n_inputs, f->user_data);
     if (!out) return TG_ERR_INVALID; /* the function's own error message stays */
     if (tg_numel(out) != 1)
-        return tg_error(TG_ERR_INVALID, "tg_gradcheck: the function must return one element, not %lld",
+        return tg_set_error(TG_ERR_INVALID, "tg_gradcheck: the function must return one element, not %lld",
                         (long long)tg_numel(out));
     *value = tg_item(out);
     return TG_OK;
@@ -37,7 +37,7 @@ static tg_status check_inputs(tg_gradcheck_fn fn, tg_tensor *const *inputs, int 
                               tg_gradcheck_result *result)
 {
     if (!fn || !result || (n_inputs > 0 && !inputs) || n_inputs < 0)
-        return tg_error(TG_ERR_INVALID, "tg_gradcheck: fn, inputs and result must not be NULL");
+        return tg_set_error(TG_ERR_INVALID, "tg_gradcheck: fn, inputs and result must not be NULL");
     int n_checked = 0;
     for (int i = 0; i < n_inputs; i++) {
         char name[32];
@@ -52,7 +52,7 @@ static tg_status check_inputs(tg_gradcheck_fn fn, tg_tensor *const *inputs, int 
                                     "tg_gradcheck: inputs that require gradients must be f64 on the cpu");
         }
     }
-    if (!n_checked) return tg_error(TG_ERR_INVALID, "tg_gradcheck: no input requires a gradient");
+    if (!n_checked) return tg_set_error(TG_ERR_INVALID, "tg_gradcheck: no input requires a gradient");
     return TG_OK;
 }
 
@@ -103,7 +103,7 @@ static tg_status check_directions(checked_function *f, const tg_gradcheck_option
     int64_t n = tg_numel(x);
     double *original = malloc(sizeof(double) * (size_t)n), *direction = malloc(sizeof(double) * (size_t)n);
     tg_status status = TG_OK;
-    if (!original || !direction) status = tg_error(TG_ERR_NOMEM, "tg_gradcheck: out of memory");
+    if (!original || !direction) status = tg_set_error(TG_ERR_NOMEM, "tg_gradcheck: out of memory");
     for (int64_t e = 0; status == TG_OK && e < n; e++) original[e] = tg_get_flat(x, e);
     for (int d = 0; status == TG_OK && d < opt->n_directions; d++) {
         double directional = 0, plus = 0, minus = 0;
@@ -138,7 +138,7 @@ static tg_status analytic_gradients(checked_function *f, double **grads)
         if (!x->requires_grad) continue;
         int64_t n = tg_numel(x);
         grads[i] = calloc((size_t)(n ? n : 1), sizeof(double));
-        if (!grads[i]) return tg_error(TG_ERR_NOMEM, "tg_gradcheck: out of memory");
+        if (!grads[i]) return tg_set_error(TG_ERR_NOMEM, "tg_gradcheck: out of memory");
         for (int64_t e = 0; x->grad && e < n; e++) grads[i][e] = tg_get_flat(x->grad, e);
     }
     return TG_OK;
@@ -168,7 +168,7 @@ tg_status tg_gradcheck(tg_gradcheck_fn fn, tg_tensor *const *inputs, int n_input
     if (status != TG_OK) return status;
     tg_gradcheck_options opt = options ? *options : tg_gradcheck_defaults();
     if (!(opt.eps > 0) || opt.n_directions < 1 || opt.max_elements_per_input < 0)
-        return tg_error(TG_ERR_INVALID, "tg_gradcheck: eps must be > 0 and n_directions ≥ 1");
+        return tg_set_error(TG_ERR_INVALID, "tg_gradcheck: eps must be > 0 and n_directions ≥ 1");
     memset(result, 0, sizeof *result);
     result->worst_input = -1;
 
@@ -177,7 +177,7 @@ tg_status tg_gradcheck(tg_gradcheck_fn fn, tg_tensor *const *inputs, int n_input
     if (!f.tape || !grads) {
         tg_tape_free(f.tape);
         free(grads);
-        return tg_error(TG_ERR_NOMEM, "tg_gradcheck: out of memory");
+        return tg_set_error(TG_ERR_NOMEM, "tg_gradcheck: out of memory");
     }
     status = analytic_gradients(&f, grads);
     tg_tape_set_grad_enabled(f.tape, false);

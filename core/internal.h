@@ -23,10 +23,8 @@ struct tg_storage {
 
 /* ---- errors -------------------------------------------------------------------- */
 
-/* Sets the thread's message (printf-style) and returns status, so callers can
- * `return tg_error(TG_ERR_INVALID, "tg_add: ...")`. */
-tg_status tg_error(tg_status status, const char *format, ...)
-    __attribute__((format(printf, 2, 3)));
+/* tg_set_error (public, tensor.h) sets the thread's message and returns the status, so
+ * callers can `return tg_set_error(TG_ERR_INVALID, "tg_add: ...")`. */
 /* Like tg_error, then appends " (name0: [2, 3] f32 cpu, name1: ...)" for the tensors. */
 tg_status tg_error_tensors(tg_status status, int n, const char *const *names,
                            const tg_tensor *const *tensors, const char *format, ...)

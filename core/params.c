@@ -23,13 +23,13 @@ tg_params *tg_params_create(tg_device device)
 {
     device = tg_device_resolve(device);
     if (device != TG_DEVICE_CPU) {
-        tg_error(TG_ERR_DEVICE, "tg_params_create: %s parameters are not supported by this build (CPU only)",
+        tg_set_error(TG_ERR_DEVICE, "tg_params_create: %s parameters are not supported by this build (CPU only)",
                  tg_device_name(device));
         return NULL;
     }
     tg_params *params = calloc(1, sizeof *params);
     if (!params) {
-        tg_error(TG_ERR_NOMEM, "tg_params_create: out of memory");
+        tg_set_error(TG_ERR_NOMEM, "tg_params_create: out of memory");
         return NULL;
     }
     params->device = device;
@@ -91,29 +91,29 @@ tg_tensor *tg_params_add(tg_params *params, const char *name, tg_dtype dtype, in
     char text[128];
     int64_t numel;
     if (!params || !name || !shape) {
-        tg_error(TG_ERR_INVALID, "%s: params, name and shape must not be NULL", op);
+        tg_set_error(TG_ERR_INVALID, "%s: params, name and shape must not be NULL", op);
         return NULL;
     }
     if (!tg_dtype_is_float(dtype)) {
-        tg_error(TG_ERR_DTYPE, "%s: parameter '%s' must be a float dtype, not %s", op, name, tg_dtype_name(dtype));
+        tg_set_error(TG_ERR_DTYPE, "%s: parameter '%s' must be a float dtype, not %s", op, name, tg_dtype_name(dtype));
         return NULL;
     }
     if (params->count && dtype != params->dtype) {
-        tg_error(TG_ERR_DTYPE, "%s: parameter '%s' is %s but the store holds %s", op, name, tg_dtype_name(dtype),
+        tg_set_error(TG_ERR_DTYPE, "%s: parameter '%s' is %s but the store holds %s", op, name, tg_dtype_name(dtype),
                  tg_dtype_name(params->dtype));
         return NULL;
     }
     if (ndim < 1 || ndim > TG_MAX_DIMS) {
-        tg_error(TG_ERR_INVALID, "%s: parameter '%s' must have 1..%d dimensions (got %d)", op, name, TG_MAX_DIMS, ndim);
+        tg_set_error(TG_ERR_INVALID, "%s: parameter '%s' must have 1..%d dimensions (got %d)", op, name, TG_MAX_DIMS, ndim);
         return NULL;
     }
     if (!tg_shape_numel(ndim, shape, &numel) || numel == 0 || params->numel > INT64_MAX / 2 - numel) {
-        tg_error(TG_ERR_INVALID, "%s: parameter '%s' has an invalid or too large shape %s", op, name,
+        tg_set_error(TG_ERR_INVALID, "%s: parameter '%s' has an invalid or too large shape %s", op, name,
                  tg_shape_str(ndim, shape, text, sizeof text));
         return NULL;
     }
     if (tg_params_find(params, name)) {
-        tg_error(TG_ERR_INVALID, "%s: a parameter named '%s' already exists", op, name);
+        tg_set_error(TG_ERR_INVALID, "%s: a parameter named '%s' already exists", op, name);
         return NULL;
     }
     params->dtype = dtype;
@@ -145,7 +145,7 @@ tg_tensor *tg_params_add(tg_params *params, const char *name, tg_dtype dtype, in
     params->tensors[params->count++] = t;
     return t;
 nomem:
-    tg_error(TG_ERR_NOMEM, "%s: out of memory adding '%s' %s", op, name, tg_shape_str(ndim, shape, text, sizeof text));
+    tg_set_error(TG_ERR_NOMEM, "%s: out of memory adding '%s' %s", op, name, tg_shape_str(ndim, shape, text, sizeof text));
     return NULL;
 }
 
@@ -172,14 +172,14 @@ void *tg_params_grad(tg_params *params) { return params ? params->grad.data : NU
 
 tg_status tg_params_zero_grad(tg_params *params)
 {
-    if (!params) return tg_error(TG_ERR_INVALID, "tg_params_zero_grad: params is NULL");
+    if (!params) return tg_set_error(TG_ERR_INVALID, "tg_params_zero_grad: params is NULL");
     if (params->numel) memset(params->grad.data, 0, (size_t)params->numel * tg_dtype_size(params->dtype));
     return TG_OK;
 }
 
 tg_status tg_params_sgd_step(tg_params *params, double lr)
 {
-    if (!params) return tg_error(TG_ERR_INVALID, "tg_params_sgd_step: params is NULL");
+    if (!params) return tg_set_error(TG_ERR_INVALID, "tg_params_sgd_step: params is NULL");
     char *data = params->data.data, *grad = params->grad.data;
     for (int64_t i = 0; i < params->numel; i++)
         tg_store(data, params->dtype, i, tg_load(data, params->dtype, i) - lr * tg_load(grad, params->dtype, i));

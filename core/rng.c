@@ -55,7 +55,7 @@ int64_t tg_rng_below(tg_rng *rng, int64_t bound)
 static tg_status fill_random(const char *op, tg_tensor *t, tg_rng *rng, double a, double b, bool normal)
 {
     if (!tg_check_float(op, "t", t)) return TG_ERR_INVALID;
-    if (!rng) return tg_error(TG_ERR_INVALID, "%s: rng is NULL", op);
+    if (!rng) return tg_set_error(TG_ERR_INVALID, "%s: rng is NULL", op);
     if (t->device != TG_DEVICE_CPU) return tg_error_no_kernel(op, t->device);
     int64_t n = tg_numel(t);
     for (int64_t i = 0; i < n; i++)

@@ -110,13 +110,13 @@ tg_tape *tg_tape_create(void)
 {
     tg_tape *tape = calloc(1, sizeof *tape);
     if (!tape) {
-        tg_error(TG_ERR_NOMEM, "tg_tape_create: out of memory");
+        tg_set_error(TG_ERR_NOMEM, "tg_tape_create: out of memory");
         return NULL;
     }
     tape->first = tape->current = chunk_new(TG_ARENA_MIN_CHUNK);
     if (!tape->first) {
         free(tape);
-        tg_error(TG_ERR_NOMEM, "tg_tape_create: out of memory");
+        tg_set_error(TG_ERR_NOMEM, "tg_tape_create: out of memory");
         return NULL;
     }
     tape->grad_enabled = true;
@@ -184,7 +184,7 @@ bool tg_node_needs_grad(const tg_node *node, int input_index)
 tg_status tg_record(tg_tape *tape, const tg_op_record *record)
 {
     if (!tape || !record || !record->backward || record->n_outputs < 1)
-        return tg_error(TG_ERR_INVALID, "tg_record: needs a tape, a backward function and an output");
+        return tg_set_error(TG_ERR_INVALID, "tg_record: needs a tape, a backward function and an output");
     if (!tape->grad_enabled) return TG_OK;
     bool any_input_needs_grad = false;
     for (int i = 0; i < record->n_inputs; i++)
@@ -196,7 +196,7 @@ tg_status tg_record(tg_tape *tape, const tg_op_record *record)
     tg_tensor **outputs = tg_tape_alloc(tape, sizeof(tg_tensor *) * (size_t)record->n_outputs);
     void *ctx = record->ctx_size ? tg_tape_alloc(tape, record->ctx_size) : NULL;
     if (!node || !inputs || !outputs || (record->ctx_size && !ctx))
-        return tg_error(TG_ERR_NOMEM, "%s: out of memory while recording", record->op);
+        return tg_set_error(TG_ERR_NOMEM, "%s: out of memory while recording", record->op);
     memcpy(inputs, record->inputs, sizeof(tg_tensor *) * (size_t)record->n_inputs);
     memcpy(outputs, record->outputs, sizeof(tg_tensor *) * (size_t)record->n_outputs);
     if (ctx) memcpy(ctx, record->ctx, record->ctx_size);
@@ -227,7 +227,7 @@ static tg_status run_node_backward(tg_tape *tape, tg_node *node)
 {
     tg_tensor **dy = tg_tape_alloc(tape, sizeof(tg_tensor *) * (size_t)node->n_outputs);
     tg_tensor **dx = tg_tape_alloc(tape, sizeof(tg_tensor *) * (size_t)(node->n_inputs + 1));
-    if (!dy || !dx) return tg_error(TG_ERR_NOMEM, "tg_backward: out of memory at %s", node->op);
+    if (!dy || !dx) return tg_set_error(TG_ERR_NOMEM, "tg_backward: out of memory at %s", node->op);
     bool any = false;
     for (int j = 0; j < node->n_outputs; j++) {
         dy[j] = node->outputs[j] ? node->outputs[j]->grad : NULL;
@@ -258,7 +258,7 @@ tg_status tg_backward_with_grad(tg_tape *tape, tg_tensor *output, const tg_tenso
                                 op);
     }
     if (!output->requires_grad)
-        return tg_error(TG_ERR_STATE, "%s: the output does not require a gradient (no recorded op "
+        return tg_set_error(TG_ERR_STATE, "%s: the output does not require a gradient (no recorded op "
                                       "with a gradient-requiring input produced it)", op);
     /* Gradients of activations belong to one backward pass: clear those of earlier ones. */
     for (tg_node *node = tape->last; node; node = node->prev)

@@ -54,30 +54,30 @@ static bool check_new(const char *op, tg_dtype dtype, tg_device device, int ndim
                       size_t *nbytes)
 {
     if (!tg_dtype_size(dtype)) {
-        tg_error(TG_ERR_DTYPE, "%s: invalid dtype %d", op, (int)dtype);
+        tg_set_error(TG_ERR_DTYPE, "%s: invalid dtype %d", op, (int)dtype);
         return false;
     }
     if (ndim < 1 || ndim > TG_MAX_DIMS || !shape) {
-        tg_error(TG_ERR_INVALID, "%s: ndim must be 1..%d with a shape (got %d)", op, TG_MAX_DIMS, ndim);
+        tg_set_error(TG_ERR_INVALID, "%s: ndim must be 1..%d with a shape (got %d)", op, TG_MAX_DIMS, ndim);
         return false;
     }
     char text[128];
     int64_t numel, bytes;
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0) {
-            tg_error(TG_ERR_INVALID, "%s: negative dimension in shape %s", op, tg_shape_str(ndim, shape, text, sizeof text));
+            tg_set_error(TG_ERR_INVALID, "%s: negative dimension in shape %s", op, tg_shape_str(ndim, shape, text, sizeof text));
             return false;
         }
     }
     if (!tg_shape_numel(ndim, shape, &numel) || tg_mul_overflows(numel, (int64_t)tg_dtype_size(dtype), &bytes) ||
         (uint64_t)bytes > SIZE_MAX / 2) {
-        tg_error(TG_ERR_OVERFLOW, "%s: shape %s %s is too large (size overflows)", op,
+        tg_set_error(TG_ERR_OVERFLOW, "%s: shape %s %s is too large (size overflows)", op,
                  tg_shape_str(ndim, shape, text, sizeof text), tg_dtype_name(dtype));
         return false;
     }
     device = tg_device_resolve(device);
     if (!tg_device_has_tensors(device)) {
-        tg_error(TG_ERR_DEVICE, "%s: %s tensors are not supported by this build (CPU only)", op,
+        tg_set_error(TG_ERR_DEVICE, "%s: %s tensors are not supported by this build (CPU only)", op,
                  tg_device_name(device));
         return false;
     }
@@ -107,7 +107,7 @@ tg_tensor *tg_empty(tg_tape *tape, tg_dtype dtype, tg_device device, int ndim, c
     void *data = tg_tape_alloc(tape, nbytes);
     if (!t || !storage || !data) {
         tg_tape_rewind(tape, mark);
-        tg_error(TG_ERR_NOMEM, "tg_empty: out of memory for %zu bytes", nbytes);
+        tg_set_error(TG_ERR_NOMEM, "tg_empty: out of memory for %zu bytes", nbytes);
         return NULL;
     }
     *storage = (tg_storage){data, nbytes, TG_DEVICE_CPU, TG_STORAGE_ARENA};
@@ -135,7 +135,7 @@ tg_tensor *tg_from_data(tg_tape *tape, tg_dtype dtype, tg_device device, int ndi
                         const void *data)
 {
     if (!data) {
-        tg_error(TG_ERR_INVALID, "tg_from_data: data is NULL");
+        tg_set_error(TG_ERR_INVALID, "tg_from_data: data is NULL");
         return NULL;
     }
     tg_tensor *t = tg_empty(tape, dtype, device, ndim, shape);
@@ -187,7 +187,7 @@ tg_tensor *tg_view(tg_tape *tape, const tg_tensor *base, int ndim, const int64_t
 {
     tg_tensor *t = tg_tape_alloc(tape, sizeof *t);
     if (!t) {
-        tg_error(TG_ERR_NOMEM, "tg_view: out of memory");
+        tg_set_error(TG_ERR_NOMEM, "tg_view: out of memory");
         return NULL;
     }
     memset(t, 0, sizeof *t);
@@ -213,7 +213,7 @@ tg_tensor *tg_tensor_new(tg_dtype dtype, tg_device device, int ndim, const int64
         free(t);
         free(storage);
         free(data);
-        tg_error(TG_ERR_NOMEM, "tg_tensor_new: out of memory for %zu bytes", nbytes);
+        tg_set_error(TG_ERR_NOMEM, "tg_tensor_new: out of memory for %zu bytes", nbytes);
         return NULL;
     }
     *storage = (tg_storage){data, nbytes, TG_DEVICE_CPU, TG_STORAGE_HEAP};
@@ -270,7 +270,7 @@ void *tg_data(const tg_tensor *t)
 {
     if (!tg_check_tensor("tg_data", "t", t)) return NULL;
     if (t->device != TG_DEVICE_CPU) {
-        tg_error(TG_ERR_DEVICE, "tg_data: the tensor is on %s; copy it to the host first", tg_device_name(t->device));
+        tg_set_error(TG_ERR_DEVICE, "tg_data: the tensor is on %s; copy it to the host first", tg_device_name(t->device));
         return NULL;
     }
     return tg_bytes(t);
@@ -338,15 +338,15 @@ static bool check_host_copy(const char *op, const tg_tensor *t, const void *host
 {
     if (!tg_check_tensor(op, "t", t)) return false;
     if (!host) {
-        tg_error(TG_ERR_INVALID, "%s: host pointer is NULL", op);
+        tg_set_error(TG_ERR_INVALID, "%s: host pointer is NULL", op);
         return false;
     }
     if (!tg_dtype_size(host_dtype)) {
-        tg_error(TG_ERR_DTYPE, "%s: invalid host dtype %d", op, (int)host_dtype);
+        tg_set_error(TG_ERR_DTYPE, "%s: invalid host dtype %d", op, (int)host_dtype);
         return false;
     }
     if (t->device != TG_DEVICE_CPU) {
-        tg_error(TG_ERR_DEVICE, "%s: no %s copy in this build", op, tg_device_name(t->device));
+        tg_set_error(TG_ERR_DEVICE, "%s: no %s copy in this build", op, tg_device_name(t->device));
         return false;
     }
     return true;
@@ -380,7 +380,7 @@ tg_status tg_copy(tg_tensor *dst, const tg_tensor *src)
         return tg_error_tensors(TG_ERR_INVALID, 2, names, tensors, "tg_copy: shapes differ");
     }
     if (dst->device != TG_DEVICE_CPU || src->device != TG_DEVICE_CPU)
-        return tg_error(TG_ERR_DEVICE, "tg_copy: no %s copy in this build",
+        return tg_set_error(TG_ERR_DEVICE, "tg_copy: no %s copy in this build",
                         tg_device_name(dst->device != TG_DEVICE_CPU ? dst->device : src->device));
     copy_strided(tg_bytes(dst), dst->dtype, dst->strides, tg_bytes(src), src->dtype, src->strides, dst->ndim,
                  dst->shape);
@@ -391,7 +391,7 @@ tg_status tg_fill(tg_tensor *t, double value)
 {
     if (!tg_check_tensor("tg_fill", "t", t)) return TG_ERR_INVALID;
     if (t->device != TG_DEVICE_CPU)
-        return tg_error(TG_ERR_DEVICE, "tg_fill: no %s fill in this build", tg_device_name(t->device));
+        return tg_set_error(TG_ERR_DEVICE, "tg_fill: no %s fill in this build", tg_device_name(t->device));
     tg_iter it;
     tg_iter_init(&it, t->ndim, t->shape, 1, (const int64_t *[]){t->strides});
     if (it.empty) return TG_OK;

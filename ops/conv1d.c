@@ -86,7 +86,7 @@ static bool check_args(const tg_tape *tape, const tg_tensor *x, const tg_tensor 
     }
     if (!opt) return true;
     if (opt->activation != TG_ACT_NONE && opt->activation != TG_ACT_SILU) {
-        tg_error(TG_ERR_INVALID, "%s: unknown activation %d", OP, (int)opt->activation);
+        tg_set_error(TG_ERR_INVALID, "%s: unknown activation %d", OP, (int)opt->activation);
         return false;
     }
     const int64_t states_shape[3] = {x->shape[0], x->shape[1], weight->shape[1] - 1};

@@ -310,7 +310,7 @@ static bool check_concat(const char *op, const tg_tape *tape, tg_tensor *const *
 {
     if (!tg_check_tape(op, tape)) return false;
     if (!xs || n < 1) {
-        tg_error(TG_ERR_INVALID, "%s: needs at least one tensor (xs %s, n = %d)", op, xs ? "given" : "is NULL", n);
+        tg_set_error(TG_ERR_INVALID, "%s: needs at least one tensor (xs %s, n = %d)", op, xs ? "given" : "is NULL", n);
         return false;
     }
     char name[32];
@@ -328,7 +328,7 @@ static bool check_concat(const char *op, const tg_tape *tape, tg_tensor *const *
     for (int d = 0; d < xs[0]->ndim; d++) shape[d] = d == *axis ? total : xs[0]->shape[d];
     if (overflow || !tg_shape_numel(xs[0]->ndim, shape, &numel) ||
         tg_mul_overflows(numel, (int64_t)tg_dtype_size(xs[0]->dtype), &nbytes)) {
-        tg_error(TG_ERR_OVERFLOW, "%s: the result of joining %d tensors is too large (size overflows)", op, n);
+        tg_set_error(TG_ERR_OVERFLOW, "%s: the result of joining %d tensors is too large (size overflows)", op, n);
         return false;
     }
     return true;
@@ -389,7 +389,7 @@ tg_status tg_split(tg_tape *tape, tg_tensor *x, int axis, int n, const int64_t *
     if (status != TG_OK) return status;
     /* The pieces go to out only once all exist, so a failure leaves out untouched. */
     tg_tensor **pieces = malloc(sizeof *pieces * (size_t)n);
-    if (!pieces) return tg_error(TG_ERR_NOMEM, "%s: out of memory for %d pieces", op, n);
+    if (!pieces) return tg_set_error(TG_ERR_NOMEM, "%s: out of memory for %d pieces", op, n);
     tg_tape_mark mark = tg_tape_get_mark(tape);
     int64_t start = 0;
     for (int i = 0; i < n && status == TG_OK; i++) {

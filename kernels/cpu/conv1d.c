@@ -56,7 +56,7 @@ tg_status tg_cpu_causal_conv1d_fwd(const tg_conv1d_args *a, tg_tensor *out, tg_t
     if (!xe || !w) {
         free(xe);
         free(w);
-        return tg_error(TG_ERR_NOMEM, "tg_causal_conv1d: out of memory for a row buffer");
+        return tg_set_error(TG_ERR_NOMEM, "tg_causal_conv1d: out of memory for a row buffer");
     }
     for (int64_t c = 0; c < C; c++) {
         double bias = load_channel(a, c, K, w);
@@ -98,7 +98,7 @@ tg_status tg_cpu_causal_conv1d_bwd(const tg_conv1d_args *a, const tg_tensor *dou
     double *dw = malloc(sizeof(double) * (size_t)K);
     tg_status status = TG_OK;
     if (!xe || !dxe || !g || !w || !dw) {
-        status = tg_error(TG_ERR_NOMEM, "tg_causal_conv1d backward: out of memory for a row buffer");
+        status = tg_set_error(TG_ERR_NOMEM, "tg_causal_conv1d backward: out of memory for a row buffer");
         goto done;
     }
     for (int64_t c = 0; c < C; c++) {

@@ -67,7 +67,7 @@ tg_status tg_cpu_embedding_bwd(const tg_tensor *dy, const tg_tensor *ids, tg_ten
         for (int64_t j = 0; j < it.row_length; j++) {
             int64_t id = id_at(ids, it.offset[0] + j * it.row_stride[0]);
             if (id < 0 || id >= vocab) /* the ids changed after the forward checked them */
-                return tg_error(TG_ERR_INVALID, "tg_embedding backward: id %lld is outside [0, %lld)", (long long)id,
+                return tg_set_error(TG_ERR_INVALID, "tg_embedding backward: id %lld is outside [0, %lld)", (long long)id,
                                 (long long)vocab);
             row_copy(tg_bytes(dtable), dtable->dtype, id * dtable->strides[0], dtable->strides[1], tg_bytes(dy),
                      dy->dtype, it.offset[1] + j * it.row_stride[1], dy_step, dim, true);

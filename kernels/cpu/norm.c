@@ -86,7 +86,7 @@ tg_status tg_cpu_rmsnorm_bwd(const tg_tensor *x, const tg_tensor *weight, double
     double *dw_acc = NULL;
     if (dw) {
         dw_acc = calloc((size_t)(d > 0 ? d : 1), sizeof(double));
-        if (!dw_acc) return tg_error(TG_ERR_NOMEM, "tg_rmsnorm backward: out of memory for %lld doubles", (long long)d);
+        if (!dw_acc) return tg_set_error(TG_ERR_NOMEM, "tg_rmsnorm backward: out of memory for %lld doubles", (long long)d);
     }
     if (!it.empty) {
         const char *xb = tg_bytes(x);
