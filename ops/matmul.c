@@ -67,7 +67,9 @@ static tg_status fold_batch(tg_tape *tape, const tg_tensor *t, int axis, tg_tens
     return *view ? TG_OK : TG_ERR_NOMEM;
 }
 
-/* Σ over the batch of op(X_b)·op(Y_b) (x and y have the same batch axes). */
+/* Σ over the batch of op(X_b)·op(Y_b) (x and y have the same batch axes). Placing the
+ * batch side by side along the inner dimension makes it one product,
+ * [op(X_1) … op(X_B)]·[op(Y_1); …; op(Y_B)], whenever both layouts allow that view. */
 static tg_tensor *product_summed_over_batch(tg_tape *tape, tg_tensor *x, bool tx, tg_tensor *y, bool ty)
 {
     tg_tensor *x_folded, *y_folded;
@@ -90,25 +92,6 @@ static tg_tensor *product_summed_over_batch(tg_tape *tape, tg_tensor *x, bool tx
 static tg_tensor *gradient_product(tg_tape *tape, tg_tensor *x, bool tx, tg_tensor *y, bool ty, bool shared)
 {
     return shared ? product_summed_over_batch(tape, x, tx, y, ty) : tg_matmul(tape, x, y, tx, ty);
-}
-
-static tg_status matmul_backward(tg_node *node, tg_tensor *const *dy, tg_tensor **dx)
-{
-    const matmul_ctx *ctx = node->ctx;
-    tg_tape *tape = node->tape;
-    tg_tensor *a = node->inputs[0], *b = node->inputs[1], *g = dy[0];
-    bool ta = ctx->transpose_a, tb = ctx->transpose_b;
-    if (tg_node_needs_grad(node, 0)) {
-        bool shared = a->ndim == 2 && b->ndim > 2;
-        dx[0] = ta ? gradient_product(tape, b, tb, g, true, shared) : gradient_product(tape, g, false, b, !tb, shared);
-        if (!dx[0]) return TG_ERR_NOMEM;
-    }
-    if (tg_node_needs_grad(node, 1)) {
-        bool shared = b->ndim == 2 && a->ndim > 2;
-        dx[1] = tb ? gradient_product(tape, g, true, a, ta, shared) : gradient_product(tape, a, !ta, g, false, shared);
-        if (!dx[1]) return TG_ERR_NOMEM;
-    }
-    return TG_OK;
 }
 
 /* Checks ranks, batch axes and the inner dimension; writes the result's shape. */
@@ -174,6 +157,27 @@ static tg_status run_forward(tg_tape *tape, tg_tensor *a, tg_tensor *b, bool ta,
             return TG_DISPATCH("tg_matmul", matmul_fwd, a->device, a_folded, b, ta, tb, out_folded);
     }
     return TG_DISPATCH("tg_matmul", matmul_fwd, a->device, a, b, ta, tb, out);
+}
+
+/* dA = dC·op(B)ᵀ, or op(B)·dCᵀ with transpose_a; dB = op(A)ᵀ·dC, or dCᵀ·op(A) with
+ * transpose_b (derived at the top of the file); summed over the batch for a shared matrix. */
+static tg_status matmul_backward(tg_node *node, tg_tensor *const *dy, tg_tensor **dx)
+{
+    const matmul_ctx *ctx = node->ctx;
+    tg_tape *tape = node->tape;
+    tg_tensor *a = node->inputs[0], *b = node->inputs[1], *g = dy[0];
+    bool ta = ctx->transpose_a, tb = ctx->transpose_b;
+    if (tg_node_needs_grad(node, 0)) {
+        bool shared = a->ndim == 2 && b->ndim > 2;
+        dx[0] = ta ? gradient_product(tape, b, tb, g, true, shared) : gradient_product(tape, g, false, b, !tb, shared);
+        if (!dx[0]) return TG_ERR_NOMEM;
+    }
+    if (tg_node_needs_grad(node, 1)) {
+        bool shared = b->ndim == 2 && a->ndim > 2;
+        dx[1] = tb ? gradient_product(tape, g, true, a, ta, shared) : gradient_product(tape, a, !ta, g, false, shared);
+        if (!dx[1]) return TG_ERR_NOMEM;
+    }
+    return TG_OK;
 }
 
 tg_tensor *tg_matmul(tg_tape *tape, tg_tensor *a, tg_tensor *b, bool transpose_a, bool transpose_b)
