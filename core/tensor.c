@@ -17,6 +17,8 @@ int64_t tg_numel(const tg_tensor *t)
 
 bool tg_is_contiguous(const tg_tensor *t)
 {
+    for (int i = 0; i < t->ndim; i++)
+        if (t->shape[i] == 0) return true; /* no element to be out of place (tg_empty's strides) */
     int64_t expected = 1;
     for (int i = t->ndim - 1; i >= 0; i--) {
         if (t->shape[i] != 1 && t->strides[i] != expected) return false;
