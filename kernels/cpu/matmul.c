@@ -48,11 +48,11 @@ static tg_status matrix_init(matrix *m, const tg_tensor *t, tg_dtype compute, bo
     m->ld = cols;
     int64_t count, bytes;
     if (tg_mul_overflows(rows, cols, &count) || tg_mul_overflows(count, (int64_t)tg_dtype_size(compute), &bytes))
-        return tg_error(TG_ERR_OVERFLOW, "tg_matmul: a %lldx%lld scratch matrix is too large", (long long)rows,
+        return tg_set_error(TG_ERR_OVERFLOW, "tg_matmul: a %lldx%lld scratch matrix is too large", (long long)rows,
                         (long long)cols);
     m->scratch = malloc((size_t)bytes);
     if (!m->scratch)
-        return tg_error(TG_ERR_NOMEM, "tg_matmul: out of memory for a %lldx%lld scratch matrix", (long long)rows,
+        return tg_set_error(TG_ERR_NOMEM, "tg_matmul: out of memory for a %lldx%lld scratch matrix", (long long)rows,
                         (long long)cols);
     return TG_OK;
 }
@@ -139,7 +139,7 @@ tg_status tg_cpu_matmul(const tg_tensor *a, const tg_tensor *b, bool transpose_a
         return TG_OK;
     }
     if (!fits_int(m) || !fits_int(n) || !fits_int(k))
-        return tg_error(TG_ERR_OVERFLOW, "tg_matmul: M = %lld, N = %lld and K = %lld must each fit in a 32-bit int",
+        return tg_set_error(TG_ERR_OVERFLOW, "tg_matmul: M = %lld, N = %lld and K = %lld must each fit in a 32-bit int",
                         (long long)m, (long long)n, (long long)k);
     tg_dtype compute = out->dtype == TG_F64 ? TG_F64 : TG_F32;
     matrix ma = {0}, mb = {0}, mc = {0};
