@@ -245,6 +245,13 @@ static tg_status run_node_backward(tg_tape *tape, tg_node *node)
     return TG_OK;
 }
 
+static void clear_activation_grads(tg_tape *tape)
+{
+    for (tg_node *node = tape->last; node; node = node->prev)
+        for (int j = 0; j < node->n_outputs; j++)
+            if (node->outputs[j]) node->outputs[j]->grad = NULL;
+}
+
 tg_status tg_backward_with_grad(tg_tape *tape, tg_tensor *output, const tg_tensor *output_grad)
 {
     const char *op = "tg_backward";
@@ -261,9 +268,7 @@ tg_status tg_backward_with_grad(tg_tape *tape, tg_tensor *output, const tg_tenso
         return tg_set_error(TG_ERR_STATE, "%s: the output does not require a gradient (no recorded op "
                                       "with a gradient-requiring input produced it)", op);
     /* Gradients of activations belong to one backward pass: clear those of earlier ones. */
-    for (tg_node *node = tape->last; node; node = node->prev)
-        for (int j = 0; j < node->n_outputs; j++)
-            if (node->outputs[j]) node->outputs[j]->grad = NULL;
+    clear_activation_grads(tape);
 
     /* Backward functions may call ops (on the same tape): they must not be recorded. */
     bool was_enabled = tg_tape_set_grad_enabled(tape, false);
@@ -271,6 +276,7 @@ tg_status tg_backward_with_grad(tg_tape *tape, tg_tensor *output, const tg_tenso
     for (tg_node *node = tape->last; node && status == TG_OK; node = node->prev)
         status = run_node_backward(tape, node);
     tg_tape_set_grad_enabled(tape, was_enabled);
+    if (status != TG_OK) clear_activation_grads(tape); /* they may point into memory the caller rewinds */
     return status;
 }
 
