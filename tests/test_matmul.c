@@ -336,20 +336,12 @@ Test(matmul, f32_and_bf16_match_f64_forward_and_backward)
 
 /* ---- empty sizes --------------------------------------------------------------------------------- */
 
-/* A tape whose arena holds NaNs, so a result the kernel forgot to write shows up. */
-static tg_tape *dirty_tape(void)
-{
-    tg_tape *tape = tg_tape_create();
-    cr_assert(tg_full(tape, TG_F64, TG_DEVICE_CPU, 1, (int64_t[]){1 << 16}, NAN));
-    tg_tape_reset(tape);
-    return tape;
-}
 
 Test(matmul, empty_inner_dimension_gives_zeros)
 {
     const tg_dtype dtypes[3] = {TG_F64, TG_F32, TG_BF16};
     for (int d = 0; d < 3; d++) {
-        tg_tape *tape = dirty_tape();
+        tg_tape *tape = tt_dirty_tape();
         int64_t B = tt_randint(1, 3), M = tt_randint(1, 5), N = tt_randint(1, 5);
         tg_tensor *a = tt_leaf(tape, dtypes[d], 3, (int64_t[]){B, M, 0});
         tg_tensor *b = tt_leaf(tape, dtypes[d], 2, (int64_t[]){0, N});
@@ -368,7 +360,7 @@ Test(matmul, empty_inner_dimension_gives_zeros)
 Test(matmul, empty_rows_columns_or_batch_give_empty_results)
 {
     for (int which = 0; which < 3; which++) {
-        tg_tape *tape = dirty_tape();
+        tg_tape *tape = tt_dirty_tape();
         int64_t B = which == 2 ? 0 : 2, M = which == 0 ? 0 : 3, N = which == 1 ? 0 : 4, K = tt_randint(1, 5);
         tg_tensor *a = tt_leaf(tape, TG_F64, 3, (int64_t[]){B, M, K});
         tg_tensor *b = tt_leaf(tape, TG_F64, 2, (int64_t[]){K, N});

@@ -74,6 +74,14 @@ tg_tensor *tt_strided_leaf(tg_tape *tape, tg_dtype dtype, int ndim, const int64_
     return view;
 }
 
+tg_tape *tt_dirty_tape(void)
+{
+    tg_tape *tape = tg_tape_create();
+    cr_assert(tg_full(tape, TG_F64, TG_DEVICE_CPU, 1, (int64_t[]){1 << 16}, NAN));
+    tg_tape_reset(tape);
+    return tape;
+}
+
 tg_tensor *tt_ids(tg_tape *tape, int ndim, const int64_t *shape, int32_t bound)
 {
     tg_tensor *t = tg_empty(tape, TG_I32, TG_DEVICE_CPU, ndim, shape);

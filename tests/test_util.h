@@ -22,6 +22,8 @@ tg_tensor *tt_leaf(tg_tape *tape, tg_dtype dtype, int ndim, const int64_t *shape
  * the last dimension, and the first two dimensions swapped when ndim ≥ 2) of a larger
  * random tensor. */
 tg_tensor *tt_strided_leaf(tg_tape *tape, tg_dtype dtype, int ndim, const int64_t *shape);
+/* A new tape whose arena is filled with NaNs, so an output a kernel forgot to write shows. */
+tg_tape *tt_dirty_tape(void);
 /* Random i32 ids in [0, bound). */
 tg_tensor *tt_ids(tg_tape *tape, int ndim, const int64_t *shape, int32_t bound);
 

@@ -4,6 +4,7 @@
  * gathered once into a scratch buffer, so the tap loops read contiguous memory whatever
  * the layout of x (channel-first, channel-last or any other strides). */
 #include "kernels/conv1d.h"
+#include "kernels/cpu/scalar_math.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -25,8 +26,6 @@ static double at2(const tg_tensor *t, int64_t i0, int64_t i1)
 }
 
 static double at1(const tg_tensor *t, int64_t i0) { return tg_load(tg_bytes(t), t->dtype, i0 * t->strides[0]); }
-
-static double sigmoid(double z) { return z >= 0 ? 1.0 / (1.0 + exp(-z)) : exp(z) / (1.0 + exp(z)); }
 
 /* xe for row (b, c): K−1 history steps, then the L steps of x. */
 static void gather_row(const tg_conv1d_args *a, int64_t b, int64_t c, int64_t K, int64_t L, double *xe)
@@ -64,7 +63,7 @@ tg_status tg_cpu_causal_conv1d_fwd(const tg_conv1d_args *a, tg_tensor *out, tg_t
             gather_row(a, b, c, K, L, xe);
             for (int64_t t = 0; t < L; t++) {
                 double z = pre_activation(xe, w, K, bias, t);
-                put3(out, b, c, t, a->activation == TG_ACT_SILU ? z * sigmoid(z) : z);
+                put3(out, b, c, t, a->activation == TG_ACT_SILU ? z * tg_sigmoid_of(z) : z);
             }
             for (int64_t j = 0; final_states && j < K - 1; j++) put3(final_states, b, c, j, xe[L + j]);
         }
@@ -80,10 +79,7 @@ static void output_gradient(const tg_conv1d_args *a, const tg_tensor *dout, int6
 {
     for (int64_t t = 0; t < L; t++) {
         double d = dout ? at3(dout, b, c, t) : 0.0;
-        if (a->activation == TG_ACT_SILU) {
-            double z = pre_activation(xe, w, K, bias, t), s = sigmoid(z);
-            d *= s * (1.0 + z * (1.0 - s)); /* silu'(z) */
-        }
+        if (a->activation == TG_ACT_SILU) d *= tg_silu_derivative(pre_activation(xe, w, K, bias, t));
         g[t] = d;
     }
 }

@@ -1,15 +1,8 @@
 /* kernels/cpu/elementwise.c: elementwise maths on strided CPU tensors, in double. */
 #include "kernels/elementwise.h"
+#include "kernels/cpu/scalar_math.h"
 
 #include <math.h>
-
-static double sigmoid(double x)
-{
-    /* Two forms so that exp never overflows. */
-    if (x >= 0) return 1.0 / (1.0 + exp(-x));
-    double e = exp(x);
-    return e / (1.0 + e);
-}
 
 static double unary(tg_unary_op op, double param, double x)
 {
@@ -19,8 +12,8 @@ static double unary(tg_unary_op op, double param, double x)
     case TG_UNARY_EXP: return exp(x);
     case TG_UNARY_LOG: return log(x);
     case TG_UNARY_TANH: return tanh(x);
-    case TG_UNARY_SIGMOID: return sigmoid(x);
-    case TG_UNARY_SILU: return x * sigmoid(x);
+    case TG_UNARY_SIGMOID: return tg_sigmoid_of(x);
+    case TG_UNARY_SILU: return x * tg_sigmoid_of(x);
     case TG_UNARY_SOFTPLUS: return fmax(x, 0.0) + log1p(exp(-fabs(x))); /* log(1 + eˣ), stable */
     case TG_UNARY_RELU: return x > 0 ? x : 0.0;
     }
@@ -37,11 +30,8 @@ static double unary_derivative(tg_unary_op op, double param, double x, double y)
     case TG_UNARY_LOG: return 1.0 / x;
     case TG_UNARY_TANH: return 1.0 - y * y;
     case TG_UNARY_SIGMOID: return y * (1.0 - y);
-    case TG_UNARY_SILU: {
-        double s = sigmoid(x); /* silu' = σ(x)·(1 + x·(1 − σ(x))) */
-        return s * (1.0 + x * (1.0 - s));
-    }
-    case TG_UNARY_SOFTPLUS: return sigmoid(x);
+    case TG_UNARY_SILU: return tg_silu_derivative(x);
+    case TG_UNARY_SOFTPLUS: return tg_sigmoid_of(x);
     case TG_UNARY_RELU: return x > 0 ? 1.0 : 0.0;
     }
     return NAN;
