@@ -34,7 +34,7 @@ bool tg_check_float(const char *op, const char *name, const tg_tensor *t)
 {
     if (!tg_check_tensor(op, name, t)) return false;
     if (tg_dtype_is_float(t->dtype)) return true;
-    tg_error_tensors(TG_ERR_DTYPE, 1, &name, &t, "%s: %s must be a float tensor (f32, f64 or bf16)", op, name);
+    tg_error_tensors(TG_ERR_DTYPE, 1, &name, &t, "%s: %s must be a float tensor (f32, f64, bf16 or f16)", op, name);
     return false;
 }
 

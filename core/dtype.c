@@ -1,6 +1,7 @@
 /* core/dtype.c: dtype and device facts, bf16 conversion. */
 #include "internal.h"
 
+#include <math.h>
 #include <string.h>
 
 #ifdef TG_HAVE_CUDA
@@ -16,6 +17,7 @@ static const struct {
     [TG_F64] = {"f64", 8, true},
     [TG_BF16] = {"bf16", 2, true},
     [TG_I32] = {"i32", 4, false},
+    [TG_F16] = {"f16", 2, true},
 };
 
 static bool dtype_valid(tg_dtype dtype) { return (unsigned)dtype < TG_DTYPE_COUNT; }
@@ -75,4 +77,46 @@ uint16_t tg_f32_to_bf16(float value)
         return (uint16_t)((bits >> 16) | 0x0040u); /* keep NaN a (quiet) NaN */
     uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u); /* round to nearest, ties to even */
     return (uint16_t)((bits + rounding) >> 16);
+}
+
+/* IEEE binary16: 1 sign bit, 5 exponent bits (bias 15), 10 fraction bits. */
+float tg_f16_to_f32(uint16_t value)
+{
+    uint32_t sign = (uint32_t)(value & 0x8000u) << 16, exponent = (value >> 10) & 0x1fu, fraction = value & 0x3ffu;
+    uint32_t bits;
+    if (exponent == 0x1f) { /* inf or NaN */
+        bits = sign | 0x7f800000u | (fraction << 13);
+    } else if (exponent != 0) { /* normal */
+        bits = sign | ((exponent + 112u) << 23) | (fraction << 13);
+    } else if (fraction == 0) { /* ±0 */
+        bits = sign;
+    } else { /* subnormal: value = fraction · 2^-24, exact in float */
+        float magnitude = (float)fraction * 0x1p-24f;
+        memcpy(&bits, &magnitude, sizeof bits);
+        bits |= sign;
+    }
+    float out;
+    memcpy(&out, &bits, sizeof out);
+    return out;
+}
+
+uint16_t tg_f32_to_f16(float value)
+{
+    uint32_t bits;
+    memcpy(&bits, &value, sizeof bits);
+    uint16_t sign = (uint16_t)((bits >> 16) & 0x8000u);
+    uint32_t magnitude = bits & 0x7fffffffu;
+    if (magnitude >= 0x7f800000u) /* inf stays inf, NaN stays a quiet NaN */
+        return (uint16_t)(sign | 0x7c00u | (magnitude > 0x7f800000u ? 0x200u : 0));
+    if (magnitude >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds past 65504: inf */
+    if (magnitude < 0x38800000u) { /* below the smallest normal half, 2^-14: subnormal or 0 */
+        float f;
+        memcpy(&f, &magnitude, sizeof f);
+        /* f · 2^24 is the subnormal's integer fraction; nearbyint rounds to nearest even. */
+        return (uint16_t)(sign | (uint16_t)nearbyintf(f * 0x1p24f));
+    }
+    /* Normal: rebias the exponent and round the 13 dropped fraction bits to nearest even. */
+    uint32_t half = magnitude - 0x38000000u; /* exponent − 112, still in float position */
+    uint32_t rounding = 0xfffu + ((half >> 13) & 1u);
+    return (uint16_t)(sign | ((half + rounding) >> 13));
 }

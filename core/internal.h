@@ -36,7 +36,7 @@ tg_status tg_error_no_kernel(const char *op, tg_device device);
 
 /* t is non-NULL, has storage and 1 ≤ ndim ≤ TG_MAX_DIMS. */
 bool tg_check_tensor(const char *op, const char *name, const tg_tensor *t);
-/* As above and a float dtype (f32, f64, bf16). */
+/* As above and a float dtype (f32, f64, bf16, f16). */
 bool tg_check_float(const char *op, const char *name, const tg_tensor *t);
 /* a and b have one dtype and one device (both already checked non-NULL). */
 bool tg_check_same_kind(const char *op, const char *name_a, const tg_tensor *a,
@@ -81,6 +81,7 @@ static inline double tg_load(const void *base, tg_dtype dtype, int64_t i)
     case TG_F64: return ((const double *)base)[i];
     case TG_BF16: return tg_bf16_to_f32(((const uint16_t *)base)[i]);
     case TG_I32: return ((const int32_t *)base)[i];
+    case TG_F16: return tg_f16_to_f32(((const uint16_t *)base)[i]);
     default: return 0.0;
     }
 }
@@ -92,6 +93,7 @@ static inline void tg_store(void *base, tg_dtype dtype, int64_t i, double v)
     case TG_F64: ((double *)base)[i] = v; break;
     case TG_BF16: ((uint16_t *)base)[i] = tg_f32_to_bf16((float)v); break;
     case TG_I32: ((int32_t *)base)[i] = (int32_t)v; break;
+    case TG_F16: ((uint16_t *)base)[i] = tg_f32_to_f16((float)v); break;
     default: break;
     }
 }

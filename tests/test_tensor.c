@@ -133,3 +133,29 @@ Test(tensor, creation_errors)
     cr_assert(strstr(tg_last_error(), "leaves"), "%s", tg_last_error());
     tg_tape_free(tape);
 }
+
+Test(tensor, f16_conversion_is_exact_where_representable_and_rounds_to_nearest)
+{
+    /* Every one of the 65536 half values survives f16 → f32 → f16 (NaNs stay NaN). */
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = tg_f16_to_f32((uint16_t)h);
+        if (isnan(f)) {
+            cr_assert(isnan(tg_f16_to_f32(tg_f32_to_f16(f))));
+            continue;
+        }
+        cr_assert_eq(tg_f32_to_f16(f), (uint16_t)h, "half 0x%04x → %g → 0x%04x", h, f, tg_f32_to_f16(f));
+    }
+    cr_assert_eq(tg_f16_to_f32(0x3c00), 1.0f);
+    cr_assert_eq(tg_f16_to_f32(0x7bff), 65504.0f);
+    cr_assert_eq(tg_f16_to_f32(0x0001), 0x1p-24f);
+    cr_assert(isinf(tg_f16_to_f32(tg_f32_to_f16(70000.0f))));
+    for (int i = 0; i < 10000; i++) { /* random floats go to the nearer neighbour */
+        float v = (float)(tg_rng_normal(tt_rng()) * pow(2, tt_randint(-26, 15)));
+        uint16_t h = tg_f32_to_f16(v);
+        float r = tg_f16_to_f32(h), up = tg_f16_to_f32((uint16_t)(h + 1)), down = tg_f16_to_f32((uint16_t)(h - 1));
+        if ((h & 0x7fffu) != 0 && (h & 0x7fffu) < 0x7bff) {
+            cr_assert_leq(fabsf(r - v), fabsf(up - v), "%g → %g (next up %g)", v, r, up);
+            cr_assert_leq(fabsf(r - v), fabsf(down - v), "%g → %g (next down %g)", v, r, down);
+        }
+    }
+}

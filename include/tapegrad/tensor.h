@@ -37,6 +37,7 @@ typedef enum {
     TG_F64 = 1,
     TG_BF16 = 2, /* storage type: converted to float for arithmetic */
     TG_I32 = 3,  /* token ids and other integer data */
+    TG_F16 = 4,  /* IEEE half: storage type, converted to float for arithmetic */
     TG_DTYPE_COUNT
 } tg_dtype;
 
@@ -94,6 +95,8 @@ tg_device tg_device_resolve(tg_device device);
 
 float tg_bf16_to_f32(uint16_t value);
 uint16_t tg_f32_to_bf16(float value); /* round to nearest even; NaN stays NaN */
+float tg_f16_to_f32(uint16_t value);
+uint16_t tg_f32_to_f16(float value);  /* round to nearest even; overflow gives ±inf */
 
 /* ---- creation -------------------------------------------------------------- */
 
