@@ -66,8 +66,7 @@ bool tg_check_ndim(const char *op, const char *name, const tg_tensor *t, int ndi
 
 bool tg_device_has_tensors(tg_device device)
 {
-    /* CUDA tensors arrive with the CUDA backend's allocator; until then only the CPU. */
-    return device == TG_DEVICE_CPU;
+    return device == TG_DEVICE_CPU || (device == TG_DEVICE_CUDA && tg_device_available(TG_DEVICE_CUDA));
 }
 
 bool tg_check_device_usable(const char *op, const char *name, const tg_tensor *t)

@@ -44,7 +44,11 @@ bool tg_device_available(tg_device device)
     case TG_DEVICE_CPU: return true;
     case TG_DEVICE_CUDA:
 #ifdef TG_HAVE_CUDA
-        return tg_cuda_device_count() > 0;
+    {
+        static int count = -1; /* asked once: the answer does not change while we run */
+        if (count < 0) count = tg_cuda_device_count();
+        return count > 0;
+    }
 #else
         return false;
 #endif

@@ -2,6 +2,10 @@
  * that undoes broadcasting. */
 #include "internal.h"
 
+#ifdef TG_HAVE_CUDA
+#include "kernels/cuda_api.h"
+#endif
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,7 +38,19 @@ tg_status tg_accumulate_grad(tg_tape *tape, tg_tensor *t, const tg_tensor *g)
         t->grad = tg_zeros(tape, t->dtype, t->device, t->ndim, t->shape);
         if (!t->grad) return TG_ERR_NOMEM;
     }
-    if (t->device != TG_DEVICE_CPU || g->device != TG_DEVICE_CPU) return tg_error_no_kernel("tg_accumulate_grad", t->device);
+    if (t->device != g->device) {
+        const char *names[2] = {"tensor", "gradient"};
+        const tg_tensor *tensors[2] = {t, g};
+        return tg_error_tensors(TG_ERR_DEVICE, 2, names, tensors, "%s backward: gradient on another device",
+                                t->producer ? t->producer->op : "leaf");
+    }
+    if (t->device != TG_DEVICE_CPU) {
+#ifdef TG_HAVE_CUDA
+        return tg_cuda_add_into(t->grad, g);
+#else
+        return tg_error_no_kernel("tg_accumulate_grad", t->device);
+#endif
+    }
     add_strided(tg_bytes(t->grad), t->grad->dtype, t->grad->strides, tg_bytes(g), g->dtype, g->strides, t->ndim,
                 t->shape);
     return TG_OK;
@@ -50,8 +66,12 @@ tg_tensor *tg_reduce_to_shape(tg_tape *tape, const tg_tensor *g, int ndim, const
     for (int i = 0; i < ndim; i++)
         out_strides[lead + i] = shape[i] == 1 && g->shape[lead + i] != 1 ? 0 : out->strides[i];
     if (g->device != TG_DEVICE_CPU) {
+#ifdef TG_HAVE_CUDA
+        return tg_cuda_sum_to(out, out_strides, g) == TG_OK ? out : NULL;
+#else
         tg_error_no_kernel("tg_reduce_to_shape", g->device);
         return NULL;
+#endif
     }
     /* Sum in double, then round once: summing many terms straight into f32 or bf16
      * storage would round after every term. */

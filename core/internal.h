@@ -6,6 +6,10 @@
 
 #include <stdarg.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* ---- storage ----------------------------------------------------------------- */
 
 typedef enum {
@@ -20,6 +24,24 @@ struct tg_storage {
     tg_device device;
     tg_storage_kind kind;
 };
+
+/* ---- device memory (core/device.c) ------------------------------------------------
+ * Host memory comes from malloc or a tape's arena; CUDA memory from a caching
+ * allocator: freed blocks are kept by size and handed out again, most recently freed
+ * first, so a step that allocates the same sizes in the same order as the step before
+ * gets the same addresses. All work runs on CUDA's default stream, in order, so a block
+ * freed after its last kernel was queued can be reused by the next kernel at once. */
+
+typedef enum { TG_COPY_HOST_TO_DEVICE, TG_COPY_DEVICE_TO_HOST, TG_COPY_DEVICE_TO_DEVICE } tg_copy_direction;
+
+tg_status tg_device_alloc(tg_device device, size_t bytes, void **out);
+void tg_device_free(tg_device device, void *ptr, size_t bytes);
+/* Raw bytes between host and device, or within a device. */
+tg_status tg_device_memcpy(void *dst, const void *src, size_t bytes, tg_copy_direction direction);
+tg_status tg_device_zero(tg_device device, void *ptr, size_t bytes);
+
+/* Device bytes owned by the tape: given back by tg_tape_reset (or a rewind past them). */
+void *tg_tape_alloc_device(tg_tape *tape, tg_device device, size_t nbytes);
 
 /* ---- errors -------------------------------------------------------------------- */
 
@@ -165,5 +187,9 @@ static inline tg_tensor *tg_op_fail(tg_tape *tape, tg_tape_mark mark)
 
 /* The tape must be non-NULL; ops call this first. */
 bool tg_check_tape(const char *op, const tg_tape *tape);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -1,8 +1,13 @@
 /* core/params.c: parameters in one contiguous data buffer and one gradient buffer.
  *
  * Each parameter tensor points at the store's shared storage with its own offset, so
- * growing the buffers (realloc) moves no tensor: only storage->data changes. */
+ * growing the buffers moves no tensor: only storage->data changes. The buffers live on
+ * the store's device (host memory or CUDA memory from the caching allocator). */
 #include "internal.h"
+
+#ifdef TG_HAVE_CUDA
+#include "kernels/cuda_api.h"
+#endif
 
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +27,7 @@ struct tg_params {
 tg_params *tg_params_create(tg_device device)
 {
     device = tg_device_resolve(device);
-    if (device != TG_DEVICE_CPU) {
+    if (!tg_device_has_tensors(device)) {
         tg_set_error(TG_ERR_DEVICE, "tg_params_create: %s parameters are not supported by this build (CPU only)",
                  tg_device_name(device));
         return NULL;
@@ -47,9 +52,27 @@ void tg_params_free(tg_params *params)
         free(params->tensors[i]);
     }
     free(params->tensors);
-    free(params->data.data);
-    free(params->grad.data);
+    tg_device_free(params->device, params->data.data, params->data.nbytes);
+    tg_device_free(params->device, params->grad.data, params->grad.nbytes);
     free(params);
+}
+
+/* Moves one buffer into a larger allocation, keeping its first `used` bytes. */
+static bool grow_buffer(tg_storage *storage, size_t used, size_t bytes)
+{
+    void *data;
+    if (tg_device_alloc(storage->device, bytes, &data) != TG_OK) return false;
+    tg_status status = TG_OK;
+    if (used && storage->device == TG_DEVICE_CPU) memcpy(data, storage->data, used);
+    else if (used) status = tg_device_memcpy(data, storage->data, used, TG_COPY_DEVICE_TO_DEVICE);
+    if (status != TG_OK) {
+        tg_device_free(storage->device, data, bytes);
+        return false;
+    }
+    tg_device_free(storage->device, storage->data, storage->nbytes);
+    storage->data = data;
+    storage->nbytes = bytes;
+    return true;
 }
 
 /* Makes room for `extra` more elements, doubling so that building a model is linear. */
@@ -59,14 +82,10 @@ static bool grow(tg_params *params, int64_t extra)
     if (need <= params->capacity) return true;
     int64_t capacity = params->capacity ? params->capacity : 1024;
     while (capacity < need) capacity *= 2;
-    size_t bytes = (size_t)capacity * tg_dtype_size(params->dtype);
-    void *data = realloc(params->data.data, bytes);
-    if (!data) return false;
-    params->data.data = data;
-    void *grad = realloc(params->grad.data, bytes);
-    if (!grad) return false;
-    params->grad.data = grad;
-    params->data.nbytes = params->grad.nbytes = bytes;
+    size_t size = tg_dtype_size(params->dtype), used = (size_t)params->numel * size;
+    if (!grow_buffer(&params->data, used, (size_t)capacity * size) ||
+        !grow_buffer(&params->grad, used, (size_t)capacity * size))
+        return false;
     params->capacity = capacity;
     return true;
 }
@@ -139,8 +158,13 @@ tg_tensor *tg_params_add(tg_params *params, const char *name, tg_dtype dtype, in
     t->grad = g;
     t->requires_grad = true;
     size_t size = tg_dtype_size(dtype);
-    memset((char *)params->data.data + params->numel * (int64_t)size, 0, (size_t)numel * size);
-    memset((char *)params->grad.data + params->numel * (int64_t)size, 0, (size_t)numel * size);
+    if (tg_device_zero(params->device, (char *)params->data.data + params->numel * (int64_t)size, (size_t)numel * size) != TG_OK ||
+        tg_device_zero(params->device, (char *)params->grad.data + params->numel * (int64_t)size, (size_t)numel * size) != TG_OK) {
+        free(copy);
+        free(t);
+        free(g);
+        return NULL;
+    }
     params->numel += numel;
     params->tensors[params->count++] = t;
     return t;
@@ -173,13 +197,19 @@ void *tg_params_grad(tg_params *params) { return params ? params->grad.data : NU
 tg_status tg_params_zero_grad(tg_params *params)
 {
     if (!params) return tg_set_error(TG_ERR_INVALID, "tg_params_zero_grad: params is NULL");
-    if (params->numel) memset(params->grad.data, 0, (size_t)params->numel * tg_dtype_size(params->dtype));
-    return TG_OK;
+    return tg_device_zero(params->device, params->grad.data, (size_t)params->numel * tg_dtype_size(params->dtype));
 }
 
 tg_status tg_params_sgd_step(tg_params *params, double lr)
 {
     if (!params) return tg_set_error(TG_ERR_INVALID, "tg_params_sgd_step: params is NULL");
+    if (params->device != TG_DEVICE_CPU) {
+#ifdef TG_HAVE_CUDA
+        return tg_cuda_axpy(params->data.data, params->grad.data, params->dtype, params->numel, -lr);
+#else
+        return tg_error_no_kernel("tg_params_sgd_step", params->device);
+#endif
+    }
     char *data = params->data.data, *grad = params->grad.data;
     for (int64_t i = 0; i < params->numel; i++)
         tg_store(data, params->dtype, i, tg_load(data, params->dtype, i) - lr * tg_load(grad, params->dtype, i));

@@ -1,6 +1,10 @@
 /* core/rng.c: xoshiro256** seeded through splitmix64; Gaussian values by Box–Muller. */
 #include "internal.h"
 
+#ifdef TG_HAVE_CUDA
+#include "kernels/cuda_api.h"
+#endif
+
 #include <math.h>
 
 static uint64_t splitmix64(uint64_t *state)
@@ -56,7 +60,14 @@ static tg_status fill_random(const char *op, tg_tensor *t, tg_rng *rng, double a
 {
     if (!tg_check_float(op, "t", t)) return TG_ERR_INVALID;
     if (!rng) return tg_set_error(TG_ERR_INVALID, "%s: rng is NULL", op);
-    if (t->device != TG_DEVICE_CPU) return tg_error_no_kernel(op, t->device);
+    if (t->device != TG_DEVICE_CPU) {
+#ifdef TG_HAVE_CUDA
+        /* cuRAND, seeded from this generator: the same seed gives the same tensor. */
+        return tg_cuda_fill_random(t, tg_rng_next(rng), normal, a, b);
+#else
+        return tg_error_no_kernel(op, t->device);
+#endif
+    }
     int64_t n = tg_numel(t);
     for (int64_t i = 0; i < n; i++)
         tg_set_flat(t, i, normal ? a + b * tg_rng_normal(rng) : a + (b - a) * tg_rng_uniform(rng));

@@ -25,9 +25,18 @@ typedef struct tg_chunk {
     char *data;
 } tg_chunk;
 
+/* A device allocation owned by the tape (the list lives in the arena, newest first). */
+typedef struct tg_device_block {
+    struct tg_device_block *next;
+    void *ptr;
+    size_t bytes;
+    tg_device device;
+} tg_device_block;
+
 struct tg_tape {
     tg_chunk *first;
     tg_chunk *current;
+    tg_device_block *device_blocks;
     bool grad_enabled;
     tg_node *last;
     size_t n_nodes;
@@ -88,14 +97,39 @@ void *tg_tape_alloc(tg_tape *tape, size_t nbytes)
     return out;
 }
 
+/* ---- device memory owned by the tape ---------------------------------------------------- */
+
+void *tg_tape_alloc_device(tg_tape *tape, tg_device device, size_t nbytes)
+{
+    tg_device_block *block = tg_tape_alloc(tape, sizeof *block);
+    if (!block) return NULL;
+    void *ptr;
+    if (tg_device_alloc(device, nbytes, &ptr) != TG_OK) return NULL;
+    *block = (tg_device_block){tape->device_blocks, ptr, nbytes, device};
+    tape->device_blocks = block;
+    return ptr;
+}
+
+/* Gives back the tape's device blocks newer than `keep`, newest first: the allocator
+ * then hands them out again in the order this step took them. */
+static void free_device_blocks(tg_tape *tape, const tg_device_block *keep)
+{
+    while (tape->device_blocks && tape->device_blocks != keep) {
+        tg_device_block *block = tape->device_blocks;
+        tg_device_free(block->device, block->ptr, block->bytes);
+        tape->device_blocks = block->next;
+    }
+}
+
 tg_tape_mark tg_tape_get_mark(const tg_tape *tape)
 {
-    tg_tape_mark mark = {tape->current->used, tape->n_nodes, tape->current};
+    tg_tape_mark mark = {tape->current->used, tape->n_nodes, tape->current, tape->device_blocks};
     return mark;
 }
 
 void tg_tape_rewind(tg_tape *tape, tg_tape_mark mark)
 {
+    free_device_blocks(tape, mark.device_blocks);
     tape->current = mark.arena_chunk;
     tape->current->used = mark.arena_used;
     while (tape->n_nodes > mark.n_nodes) {
@@ -126,6 +160,7 @@ tg_tape *tg_tape_create(void)
 void tg_tape_free(tg_tape *tape)
 {
     if (!tape) return;
+    free_device_blocks(tape, NULL);
     chunks_free(tape->first);
     free(tape);
 }
@@ -133,6 +168,7 @@ void tg_tape_free(tg_tape *tape)
 void tg_tape_reset(tg_tape *tape)
 {
     if (!tape) return;
+    free_device_blocks(tape, NULL);
     tape->last = NULL;
     tape->n_nodes = 0;
     if (tape->first->next) {

@@ -1,6 +1,11 @@
 /* core/tensor.c: making tensors, describing them, reading and writing elements. */
 #include "internal.h"
 
+#ifdef TG_HAVE_CUDA
+#include "kernels/cuda_api.h"
+#endif
+
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,16 +108,17 @@ tg_tensor *tg_empty(tg_tape *tape, tg_dtype dtype, tg_device device, int ndim, c
     size_t nbytes;
     if (!tg_check_tape("tg_empty", tape) || !check_new("tg_empty", dtype, device, ndim, shape, &nbytes))
         return NULL;
+    device = tg_device_resolve(device);
     tg_tape_mark mark = tg_tape_get_mark(tape);
     tg_tensor *t = tg_tape_alloc(tape, sizeof *t);
     tg_storage *storage = tg_tape_alloc(tape, sizeof *storage);
-    void *data = tg_tape_alloc(tape, nbytes);
+    void *data = device == TG_DEVICE_CPU ? tg_tape_alloc(tape, nbytes) : tg_tape_alloc_device(tape, device, nbytes);
     if (!t || !storage || !data) {
         tg_tape_rewind(tape, mark);
-        tg_set_error(TG_ERR_NOMEM, "tg_empty: out of memory for %zu bytes", nbytes);
+        tg_set_error(TG_ERR_NOMEM, "tg_empty: out of %s memory for %zu bytes", tg_device_name(device), nbytes);
         return NULL;
     }
-    *storage = (tg_storage){data, nbytes, TG_DEVICE_CPU, TG_STORAGE_ARENA};
+    *storage = (tg_storage){data, nbytes, device, TG_STORAGE_ARENA};
     init_tensor(t, storage, dtype, ndim, shape);
     t->tape = tape;
     return t;
@@ -121,7 +127,7 @@ tg_tensor *tg_empty(tg_tape *tape, tg_dtype dtype, tg_device device, int ndim, c
 tg_tensor *tg_zeros(tg_tape *tape, tg_dtype dtype, tg_device device, int ndim, const int64_t *shape)
 {
     tg_tensor *t = tg_empty(tape, dtype, device, ndim, shape);
-    if (t) memset(t->storage->data, 0, t->storage->nbytes);
+    if (t && tg_device_zero(t->device, t->storage->data, t->storage->nbytes) != TG_OK) return NULL;
     return t;
 }
 
@@ -141,7 +147,7 @@ tg_tensor *tg_from_data(tg_tape *tape, tg_dtype dtype, tg_device device, int ndi
         return NULL;
     }
     tg_tensor *t = tg_empty(tape, dtype, device, ndim, shape);
-    if (t) memcpy(t->storage->data, data, t->storage->nbytes);
+    if (t && tg_copy_from_host(t, data, dtype) != TG_OK) return NULL;
     return t;
 }
 
@@ -208,17 +214,19 @@ tg_tensor *tg_tensor_new(tg_dtype dtype, tg_device device, int ndim, const int64
 {
     size_t nbytes;
     if (!check_new("tg_tensor_new", dtype, device, ndim, shape, &nbytes)) return NULL;
+    device = tg_device_resolve(device);
     tg_tensor *t = calloc(1, sizeof *t);
     tg_storage *storage = calloc(1, sizeof *storage);
-    void *data = calloc(nbytes ? nbytes : 1, 1);
-    if (!t || !storage || !data) {
+    void *data = NULL;
+    if (!t || !storage || tg_device_alloc(device, nbytes, &data) != TG_OK ||
+        tg_device_zero(device, data, nbytes) != TG_OK) {
         free(t);
         free(storage);
-        free(data);
-        tg_set_error(TG_ERR_NOMEM, "tg_tensor_new: out of memory for %zu bytes", nbytes);
+        tg_device_free(device, data, nbytes);
+        tg_set_error(TG_ERR_NOMEM, "tg_tensor_new: out of %s memory for %zu bytes", tg_device_name(device), nbytes);
         return NULL;
     }
-    *storage = (tg_storage){data, nbytes, TG_DEVICE_CPU, TG_STORAGE_HEAP};
+    *storage = (tg_storage){data, nbytes, device, TG_STORAGE_HEAP};
     init_tensor(t, storage, dtype, ndim, shape);
     return t;
 }
@@ -227,7 +235,7 @@ void tg_tensor_free(tg_tensor *t)
 {
     if (!t || t->tape || !t->storage || t->storage->kind != TG_STORAGE_HEAP) return;
     tg_tensor *grad = t->grad;
-    free(t->storage->data);
+    tg_device_free(t->device, t->storage->data, t->storage->nbytes);
     free(t->storage);
     free(t);
     if (grad) tg_tensor_free(grad);
@@ -289,33 +297,46 @@ static int64_t offset_of_flat(const tg_tensor *t, int64_t flat)
     return offset;
 }
 
-double tg_get(const tg_tensor *t, const int64_t *index)
+static int64_t offset_of_index(const tg_tensor *t, const int64_t *index)
 {
     int64_t offset = 0;
     for (int i = 0; i < t->ndim; i++) offset += index[i] * t->strides[i];
-    return tg_load(tg_bytes(t), t->dtype, offset);
+    return offset;
 }
 
-void tg_set(tg_tensor *t, const int64_t *index, double value)
+/* One element, wherever it lives (a device element costs a copy: fine for tests, losses
+ * and checks, not for loops over a tensor). */
+static double load_element(const tg_tensor *t, int64_t offset)
 {
-    int64_t offset = 0;
-    for (int i = 0; i < t->ndim; i++) offset += index[i] * t->strides[i];
-    tg_store(tg_bytes(t), t->dtype, offset, value);
+    if (t->device == TG_DEVICE_CPU) return tg_load(tg_bytes(t), t->dtype, offset);
+    unsigned char bytes[8] = {0};
+    size_t size = tg_dtype_size(t->dtype);
+    if (tg_device_memcpy(bytes, tg_bytes(t) + offset * (int64_t)size, size, TG_COPY_DEVICE_TO_HOST) != TG_OK) return NAN;
+    return tg_load(bytes, t->dtype, 0);
 }
 
-double tg_get_flat(const tg_tensor *t, int64_t flat_index)
+static void store_element(tg_tensor *t, int64_t offset, double value)
 {
-    return tg_load(tg_bytes(t), t->dtype, offset_of_flat(t, flat_index));
+    if (t->device == TG_DEVICE_CPU) {
+        tg_store(tg_bytes(t), t->dtype, offset, value);
+        return;
+    }
+    unsigned char bytes[8];
+    size_t size = tg_dtype_size(t->dtype);
+    tg_store(bytes, t->dtype, 0, value);
+    tg_device_memcpy(tg_bytes(t) + offset * (int64_t)size, bytes, size, TG_COPY_HOST_TO_DEVICE);
 }
 
-void tg_set_flat(tg_tensor *t, int64_t flat_index, double value)
-{
-    tg_store(tg_bytes(t), t->dtype, offset_of_flat(t, flat_index), value);
-}
-
+double tg_get(const tg_tensor *t, const int64_t *index) { return load_element(t, offset_of_index(t, index)); }
+void tg_set(tg_tensor *t, const int64_t *index, double value) { store_element(t, offset_of_index(t, index), value); }
+double tg_get_flat(const tg_tensor *t, int64_t flat_index) { return load_element(t, offset_of_flat(t, flat_index)); }
+void tg_set_flat(tg_tensor *t, int64_t flat_index, double value) { store_element(t, offset_of_flat(t, flat_index), value); }
 double tg_item(const tg_tensor *t) { return tg_get_flat(t, 0); }
 
-/* Copies between two strided element sequences of the same shape, converting dtypes. */
+/* ---- copies ---------------------------------------------------------------------------------- */
+
+/* Copies between two strided element sequences of the same shape, in host memory,
+ * converting dtypes. */
 static void copy_strided(void *dst, tg_dtype dst_dtype, const int64_t *dst_strides, const void *src,
                          tg_dtype src_dtype, const int64_t *src_strides, int ndim, const int64_t *shape)
 {
@@ -336,6 +357,52 @@ static void copy_strided(void *dst, tg_dtype dst_dtype, const int64_t *dst_strid
     } while (tg_iter_next_row(&it));
 }
 
+/* A contiguous tensor of `like`'s shape over raw memory: staging for copies that cross
+ * between host and device. */
+static tg_tensor staging_view(tg_storage *storage, void *data, tg_dtype dtype, tg_device device, const tg_tensor *like)
+{
+    *storage = (tg_storage){data, (size_t)tg_numel(like) * tg_dtype_size(dtype), device, TG_STORAGE_HEAP};
+    tg_tensor t = {.dtype = dtype, .device = device, .ndim = like->ndim, .storage = storage};
+    memcpy(t.shape, like->shape, sizeof t.shape);
+    tg_contiguous_strides(like->ndim, like->shape, t.strides);
+    return t;
+}
+
+/* dst (on the device) ← contiguous host values of host_dtype: to the device as they are,
+ * then one device copy into dst's layout and dtype. */
+static tg_status host_to_device(tg_tensor *dst, const void *host, tg_dtype host_dtype)
+{
+    size_t bytes = (size_t)tg_numel(dst) * tg_dtype_size(host_dtype);
+    if (host_dtype == dst->dtype && tg_is_contiguous(dst))
+        return tg_device_memcpy(tg_bytes(dst), host, bytes, TG_COPY_HOST_TO_DEVICE);
+    void *buffer;
+    tg_status status = tg_device_alloc(dst->device, bytes, &buffer);
+    if (status != TG_OK) return status;
+    tg_storage storage;
+    tg_tensor staged = staging_view(&storage, buffer, host_dtype, dst->device, dst);
+    status = tg_device_memcpy(buffer, host, bytes, TG_COPY_HOST_TO_DEVICE);
+    if (status == TG_OK) status = tg_copy(dst, &staged);
+    tg_device_free(dst->device, buffer, bytes);
+    return status;
+}
+
+/* Contiguous host values of host_dtype ← src (on the device). */
+static tg_status device_to_host(void *host, tg_dtype host_dtype, const tg_tensor *src)
+{
+    size_t bytes = (size_t)tg_numel(src) * tg_dtype_size(host_dtype);
+    if (host_dtype == src->dtype && tg_is_contiguous(src))
+        return tg_device_memcpy(host, tg_bytes(src), bytes, TG_COPY_DEVICE_TO_HOST);
+    void *buffer;
+    tg_status status = tg_device_alloc(src->device, bytes, &buffer);
+    if (status != TG_OK) return status;
+    tg_storage storage;
+    tg_tensor staged = staging_view(&storage, buffer, host_dtype, src->device, src);
+    status = tg_copy(&staged, src);
+    if (status == TG_OK) status = tg_device_memcpy(host, buffer, bytes, TG_COPY_DEVICE_TO_HOST);
+    tg_device_free(src->device, buffer, bytes);
+    return status;
+}
+
 static bool check_host_copy(const char *op, const tg_tensor *t, const void *host, tg_dtype host_dtype)
 {
     if (!tg_check_tensor(op, "t", t)) return false;
@@ -347,16 +414,13 @@ static bool check_host_copy(const char *op, const tg_tensor *t, const void *host
         tg_set_error(TG_ERR_DTYPE, "%s: invalid host dtype %d", op, (int)host_dtype);
         return false;
     }
-    if (t->device != TG_DEVICE_CPU) {
-        tg_set_error(TG_ERR_DEVICE, "%s: no %s copy in this build", op, tg_device_name(t->device));
-        return false;
-    }
     return true;
 }
 
 tg_status tg_copy_from_host(tg_tensor *t, const void *host, tg_dtype host_dtype)
 {
     if (!check_host_copy("tg_copy_from_host", t, host, host_dtype)) return TG_ERR_INVALID;
+    if (t->device != TG_DEVICE_CPU) return host_to_device(t, host, host_dtype);
     int64_t strides[TG_MAX_DIMS];
     tg_contiguous_strides(t->ndim, t->shape, strides);
     copy_strided(tg_bytes(t), t->dtype, t->strides, host, host_dtype, strides, t->ndim, t->shape);
@@ -366,10 +430,23 @@ tg_status tg_copy_from_host(tg_tensor *t, const void *host, tg_dtype host_dtype)
 tg_status tg_copy_to_host(const tg_tensor *t, void *host, tg_dtype host_dtype)
 {
     if (!check_host_copy("tg_copy_to_host", t, host, host_dtype)) return TG_ERR_INVALID;
+    if (t->device != TG_DEVICE_CPU) return device_to_host(host, host_dtype, t);
     int64_t strides[TG_MAX_DIMS];
     tg_contiguous_strides(t->ndim, t->shape, strides);
     copy_strided(host, host_dtype, strides, tg_bytes(t), t->dtype, t->strides, t->ndim, t->shape);
     return TG_OK;
+}
+
+/* A host tensor's values as a contiguous host buffer of its own dtype (itself when it
+ * already is contiguous; else *owned is a malloc'd copy to free). */
+static const void *contiguous_host_values(const tg_tensor *t, void **owned)
+{
+    *owned = NULL;
+    if (tg_is_contiguous(t)) return tg_bytes(t);
+    size_t bytes = (size_t)tg_numel(t) * tg_dtype_size(t->dtype);
+    if (!(*owned = malloc(bytes ? bytes : 1))) return NULL;
+    tg_copy_to_host(t, *owned, t->dtype);
+    return *owned;
 }
 
 tg_status tg_copy(tg_tensor *dst, const tg_tensor *src)
@@ -381,19 +458,45 @@ tg_status tg_copy(tg_tensor *dst, const tg_tensor *src)
         const tg_tensor *tensors[2] = {dst, src};
         return tg_error_tensors(TG_ERR_INVALID, 2, names, tensors, "tg_copy: shapes differ");
     }
-    if (dst->device != TG_DEVICE_CPU || src->device != TG_DEVICE_CPU)
-        return tg_set_error(TG_ERR_DEVICE, "tg_copy: no %s copy in this build",
-                        tg_device_name(dst->device != TG_DEVICE_CPU ? dst->device : src->device));
-    copy_strided(tg_bytes(dst), dst->dtype, dst->strides, tg_bytes(src), src->dtype, src->strides, dst->ndim,
-                 dst->shape);
-    return TG_OK;
+    if (dst->device == TG_DEVICE_CPU && src->device == TG_DEVICE_CPU) {
+        copy_strided(tg_bytes(dst), dst->dtype, dst->strides, tg_bytes(src), src->dtype, src->strides, dst->ndim,
+                     dst->shape);
+        return TG_OK;
+    }
+    if (dst->device == TG_DEVICE_CPU) { /* device → host: through the host in dst's dtype */
+        void *owned = NULL, *values = NULL;
+        tg_status status = TG_ERR_NOMEM;
+        size_t bytes = (size_t)tg_numel(dst) * tg_dtype_size(dst->dtype);
+        if ((values = malloc(bytes ? bytes : 1)) && (status = tg_copy_to_host(src, values, dst->dtype)) == TG_OK)
+            status = tg_copy_from_host(dst, values, dst->dtype);
+        free(values);
+        free(owned);
+        return status;
+    }
+    if (src->device == TG_DEVICE_CPU) { /* host → device */
+        void *owned;
+        const void *values = contiguous_host_values(src, &owned);
+        tg_status status = values ? tg_copy_from_host(dst, values, src->dtype) : tg_set_error(TG_ERR_NOMEM, "tg_copy: out of host memory");
+        free(owned);
+        return status;
+    }
+#ifdef TG_HAVE_CUDA
+    return tg_cuda_copy(dst, src);
+#else
+    return tg_error_no_kernel("tg_copy", dst->device);
+#endif
 }
 
 tg_status tg_fill(tg_tensor *t, double value)
 {
     if (!tg_check_tensor("tg_fill", "t", t)) return TG_ERR_INVALID;
-    if (t->device != TG_DEVICE_CPU)
-        return tg_set_error(TG_ERR_DEVICE, "tg_fill: no %s fill in this build", tg_device_name(t->device));
+    if (t->device != TG_DEVICE_CPU) {
+#ifdef TG_HAVE_CUDA
+        return tg_cuda_fill(t, value);
+#else
+        return tg_error_no_kernel("tg_fill", t->device);
+#endif
+    }
     tg_iter it;
     tg_iter_init(&it, t->ndim, t->shape, 1, (const int64_t *[]){t->strides});
     if (it.empty) return TG_OK;

@@ -81,6 +81,7 @@ typedef struct {
     size_t arena_used;
     size_t n_nodes;
     void *arena_chunk;
+    void *device_blocks;
 } tg_tape_mark;
 tg_tape_mark tg_tape_get_mark(const tg_tape *tape);
 void tg_tape_rewind(tg_tape *tape, tg_tape_mark mark);

@@ -64,6 +64,9 @@ tg_status tg_split(tg_tape *tape, tg_tensor *x, int axis, int n, const int64_t *
 tg_tensor *tg_contiguous(tg_tape *tape, tg_tensor *x);
 /* A copy in another float dtype (gradient converted back). */
 tg_tensor *tg_to_dtype(tg_tape *tape, tg_tensor *x, tg_dtype dtype);
+/* A contiguous copy on another device (gradient copied back); x itself when it is already
+ * there. TG_DEVICE_AUTO picks the GPU when one is usable. */
+tg_tensor *tg_to_device(tg_tape *tape, tg_tensor *x, tg_device device);
 
 /* ---- embedding (ops/embedding.c) -------------------------------------------------
  * table: (V, D) float; ids: i32 of any shape S with values in [0, V). Result: (S..., D).

@@ -98,6 +98,22 @@ uint16_t tg_f32_to_bf16(float value); /* round to nearest even; NaN stays NaN */
 float tg_f16_to_f32(uint16_t value);
 uint16_t tg_f32_to_f16(float value);  /* round to nearest even; overflow gives ±inf */
 
+/* ---- device memory ------------------------------------------------------------------
+ * CUDA memory comes from a caching allocator: freed blocks are kept and reused, so a
+ * training loop does not call cudaMalloc after its first steps. */
+typedef struct {
+    size_t bytes_in_use;      /* handed out to tensors now */
+    size_t peak_bytes_in_use; /* the most ever in use (since tg_memory_reset_peak) */
+    size_t bytes_reserved;    /* in use + kept in the cache */
+} tg_memory_stats;
+
+tg_status tg_memory_stats_get(tg_device device, tg_memory_stats *stats);
+void tg_memory_reset_peak(void);
+/* Gives every cached (unused) block back to the driver. */
+tg_status tg_memory_empty_cache(void);
+/* Waits until all queued work on the device has finished (CPU: returns at once). */
+tg_status tg_synchronize(tg_device device);
+
 /* ---- creation -------------------------------------------------------------- */
 
 /* Uninitialised / zero-filled tensors owned by the tape (freed by tg_tape_reset). */

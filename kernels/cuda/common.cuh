@@ -1,0 +1,110 @@
+// kernels/cuda/common.cuh: what every CUDA kernel file shares: error checks, launch
+// sizes, a strided view of a tensor passed by value, and dtype loads and stores.
+#ifndef TAPEGRAD_KERNELS_CUDA_COMMON_CUH
+#define TAPEGRAD_KERNELS_CUDA_COMMON_CUH
+
+#include "kernels/cuda_api.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+// Turns a failed CUDA runtime call into a tapegrad error naming the call.
+#define TG_CUDA_CHECK(call)                                                                                 \
+    do {                                                                                                     \
+        cudaError_t tg_cuda_error_ = (call);                                                                 \
+        if (tg_cuda_error_ != cudaSuccess)                                                                   \
+            return tg_set_error(TG_ERR_DEVICE, "%s failed: %s", #call, cudaGetErrorString(tg_cuda_error_)); \
+    } while (0)
+
+// After a launch: the launch error, if any, named after the op.
+static inline tg_status tg_cuda_check_launch(const char *op)
+{
+    cudaError_t error = cudaGetLastError();
+    if (error != cudaSuccess)
+        return tg_set_error(TG_ERR_DEVICE, "%s: CUDA kernel launch failed: %s", op, cudaGetErrorString(error));
+    return TG_OK;
+}
+
+#define TG_THREADS 256
+
+// Enough blocks for a grid-stride loop over n items, capped so huge n loops instead.
+static inline unsigned tg_blocks_for(int64_t n)
+{
+    int64_t blocks = (n + TG_THREADS - 1) / TG_THREADS;
+    return (unsigned)(blocks < 65536 ? (blocks > 0 ? blocks : 1) : 65536);
+}
+
+__device__ inline int64_t tg_global_index() { return (int64_t)blockIdx.x * blockDim.x + threadIdx.x; }
+__device__ inline int64_t tg_global_stride() { return (int64_t)gridDim.x * blockDim.x; }
+
+// A tensor's geometry, by value, for kernels that take any layout.
+struct tg_cuda_view {
+    char *data; // element 0 of the view
+    int dtype;
+    int ndim;
+    int64_t shape[TG_MAX_DIMS];
+    int64_t strides[TG_MAX_DIMS];
+};
+
+static inline tg_cuda_view tg_view_of(const tg_tensor *t)
+{
+    tg_cuda_view v = {};
+    v.data = tg_bytes(t);
+    v.dtype = (int)t->dtype;
+    v.ndim = t->ndim;
+    for (int d = 0; d < t->ndim; d++) {
+        v.shape[d] = t->shape[d];
+        v.strides[d] = t->strides[d];
+    }
+    return v;
+}
+
+// Element offset of the row-major logical index i.
+__device__ inline int64_t tg_offset_of(const tg_cuda_view &v, int64_t i)
+{
+    int64_t offset = 0;
+    for (int d = v.ndim - 1; d >= 0; d--) {
+        offset += (i % v.shape[d]) * v.strides[d];
+        i /= v.shape[d];
+    }
+    return offset;
+}
+
+__device__ inline double tg_load_raw(const char *base, int dtype, int64_t i)
+{
+    switch (dtype) {
+    case TG_F32: return ((const float *)base)[i];
+    case TG_F64: return ((const double *)base)[i];
+    case TG_BF16: return __bfloat162float(((const __nv_bfloat16 *)base)[i]);
+    case TG_F16: return __half2float(((const __half *)base)[i]);
+    case TG_I32: return ((const int32_t *)base)[i];
+    default: return 0.0;
+    }
+}
+
+__device__ inline void tg_store_raw(char *base, int dtype, int64_t i, double value)
+{
+    switch (dtype) {
+    case TG_F32: ((float *)base)[i] = (float)value; break;
+    case TG_F64: ((double *)base)[i] = value; break;
+    case TG_BF16: ((__nv_bfloat16 *)base)[i] = __float2bfloat16((float)value); break;
+    case TG_F16: ((__half *)base)[i] = __float2half((float)value); break;
+    case TG_I32: ((int32_t *)base)[i] = (int32_t)value; break;
+    default: break;
+    }
+}
+
+__device__ inline double tg_load_any(const tg_cuda_view &v, int64_t offset) { return tg_load_raw(v.data, v.dtype, offset); }
+__device__ inline void tg_store_any(const tg_cuda_view &v, int64_t offset, double value) { tg_store_raw(v.data, v.dtype, offset, value); }
+
+// Typed conversions for kernels templated over the storage type (float math).
+__device__ inline float tg_to_float(float x) { return x; }
+__device__ inline float tg_to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ inline float tg_to_float(__half x) { return __half2float(x); }
+template <typename T> __device__ inline T tg_from_float(float x);
+template <> __device__ inline float tg_from_float<float>(float x) { return x; }
+template <> __device__ inline __nv_bfloat16 tg_from_float<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
+template <> __device__ inline __half tg_from_float<__half>(float x) { return __float2half(x); }
+
+#endif

@@ -1,0 +1,199 @@
+// kernels/cuda/runtime.cu: the CUDA runtime calls core/ needs (memory, copies, sync) and
+// the general-purpose kernels behind tensors on the device: strided copy with dtype
+// conversion, fill, add-into, the deterministic sum that undoes broadcasting, axpy and
+// random fills through cuRAND. Only the extern "C" functions of kernels/cuda_api.h leave.
+#include "kernels/cuda/common.cuh"
+
+#include <curand.h>
+
+extern "C" int tg_cuda_device_count(void)
+{
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        cudaGetLastError(); // clear the sticky "no device" error
+        return 0;
+    }
+    return count;
+}
+
+extern "C" tg_status tg_cuda_malloc(void **ptr, size_t bytes)
+{
+    TG_CUDA_CHECK(cudaMalloc(ptr, bytes ? bytes : 1));
+    return TG_OK;
+}
+
+extern "C" tg_status tg_cuda_free(void *ptr)
+{
+    TG_CUDA_CHECK(cudaFree(ptr));
+    return TG_OK;
+}
+
+extern "C" tg_status tg_cuda_memcpy(void *dst, const void *src, size_t bytes, tg_copy_direction direction)
+{
+    cudaMemcpyKind kind = direction == TG_COPY_HOST_TO_DEVICE   ? cudaMemcpyHostToDevice
+                          : direction == TG_COPY_DEVICE_TO_HOST ? cudaMemcpyDeviceToHost
+                                                                : cudaMemcpyDeviceToDevice;
+    if (bytes) TG_CUDA_CHECK(cudaMemcpy(dst, src, bytes, kind));
+    return TG_OK;
+}
+
+extern "C" tg_status tg_cuda_memset_zero(void *ptr, size_t bytes)
+{
+    if (bytes) TG_CUDA_CHECK(cudaMemset(ptr, 0, bytes));
+    return TG_OK;
+}
+
+extern "C" tg_status tg_cuda_synchronize(void)
+{
+    TG_CUDA_CHECK(cudaDeviceSynchronize());
+    return TG_OK;
+}
+
+// ---- strided elementwise kernels ----------------------------------------------------------
+
+__global__ void copy_kernel(tg_cuda_view dst, tg_cuda_view src, int64_t n)
+{
+    for (int64_t i = tg_global_index(); i < n; i += tg_global_stride())
+        tg_store_any(dst, tg_offset_of(dst, i), tg_load_any(src, tg_offset_of(src, i)));
+}
+
+__global__ void fill_kernel(tg_cuda_view t, double value, int64_t n)
+{
+    for (int64_t i = tg_global_index(); i < n; i += tg_global_stride()) tg_store_any(t, tg_offset_of(t, i), value);
+}
+
+__global__ void add_into_kernel(tg_cuda_view dst, tg_cuda_view src, int64_t n)
+{
+    for (int64_t i = tg_global_index(); i < n; i += tg_global_stride()) {
+        int64_t o = tg_offset_of(dst, i);
+        tg_store_any(dst, o, tg_load_any(dst, o) + tg_load_any(src, tg_offset_of(src, i)));
+    }
+}
+
+extern "C" tg_status tg_cuda_copy(tg_tensor *dst, const tg_tensor *src)
+{
+    int64_t n = tg_numel(dst);
+    if (n == 0) return TG_OK;
+    copy_kernel<<<tg_blocks_for(n), TG_THREADS>>>(tg_view_of(dst), tg_view_of(src), n);
+    return tg_cuda_check_launch("tg_copy");
+}
+
+extern "C" tg_status tg_cuda_fill(tg_tensor *t, double value)
+{
+    int64_t n = tg_numel(t);
+    if (n == 0) return TG_OK;
+    fill_kernel<<<tg_blocks_for(n), TG_THREADS>>>(tg_view_of(t), value, n);
+    return tg_cuda_check_launch("tg_fill");
+}
+
+extern "C" tg_status tg_cuda_add_into(tg_tensor *dst, const tg_tensor *src)
+{
+    int64_t n = tg_numel(dst);
+    if (n == 0) return TG_OK;
+    add_into_kernel<<<tg_blocks_for(n), TG_THREADS>>>(tg_view_of(dst), tg_view_of(src), n);
+    return tg_cuda_check_launch("tg_accumulate_grad");
+}
+
+// ---- the sum that undoes broadcasting -------------------------------------------------------
+
+// g's dimensions split in two: kept (they index the output) and summed (out's stride 0).
+struct sum_plan {
+    int n_kept, n_summed;
+    int64_t kept_shape[TG_MAX_DIMS], kept_g_stride[TG_MAX_DIMS];
+    int64_t summed_shape[TG_MAX_DIMS], summed_g_stride[TG_MAX_DIMS];
+    int64_t summed_count;
+};
+
+__global__ void sum_to_kernel(tg_cuda_view out, tg_cuda_view g, sum_plan plan, int64_t n_out)
+{
+    for (int64_t i = tg_global_index(); i < n_out; i += tg_global_stride()) {
+        int64_t rest = i, base = 0;
+        for (int d = plan.n_kept - 1; d >= 0; d--) {
+            base += (rest % plan.kept_shape[d]) * plan.kept_g_stride[d];
+            rest /= plan.kept_shape[d];
+        }
+        double sum = 0.0; // in a fixed order: the result does not depend on scheduling
+        for (int64_t r = 0; r < plan.summed_count; r++) {
+            int64_t left = r, offset = base;
+            for (int d = plan.n_summed - 1; d >= 0; d--) {
+                offset += (left % plan.summed_shape[d]) * plan.summed_g_stride[d];
+                left /= plan.summed_shape[d];
+            }
+            sum += tg_load_any(g, offset);
+        }
+        tg_store_any(out, tg_offset_of(out, i), sum);
+    }
+}
+
+extern "C" tg_status tg_cuda_sum_to(tg_tensor *out, const int64_t *out_strides, const tg_tensor *g)
+{
+    sum_plan plan = {};
+    plan.summed_count = 1;
+    for (int d = 0; d < g->ndim; d++) {
+        if (out_strides[d] == 0 && g->shape[d] != 1) {
+            plan.summed_shape[plan.n_summed] = g->shape[d];
+            plan.summed_g_stride[plan.n_summed++] = g->strides[d];
+            plan.summed_count *= g->shape[d];
+        } else {
+            plan.kept_shape[plan.n_kept] = g->shape[d];
+            plan.kept_g_stride[plan.n_kept++] = g->strides[d];
+        }
+    }
+    int64_t n_out = tg_numel(out);
+    if (n_out == 0) return TG_OK;
+    sum_to_kernel<<<tg_blocks_for(n_out), TG_THREADS>>>(tg_view_of(out), tg_view_of(g), plan, n_out);
+    return tg_cuda_check_launch("tg_reduce_to_shape");
+}
+
+// ---- parameter update and random fills -----------------------------------------------------------
+
+__global__ void axpy_kernel(char *y, const char *x, int dtype, int64_t n, double alpha)
+{
+    for (int64_t i = tg_global_index(); i < n; i += tg_global_stride())
+        tg_store_raw(y, dtype, i, tg_load_raw(y, dtype, i) + alpha * tg_load_raw(x, dtype, i));
+}
+
+extern "C" tg_status tg_cuda_axpy(void *y, const void *x, tg_dtype dtype, int64_t n, double alpha)
+{
+    if (n == 0) return TG_OK;
+    axpy_kernel<<<tg_blocks_for(n), TG_THREADS>>>((char *)y, (const char *)x, (int)dtype, n, alpha);
+    return tg_cuda_check_launch("axpy");
+}
+
+// t[i] = a + b·u[i] (u contiguous floats), written into t's layout and dtype.
+__global__ void affine_kernel(tg_cuda_view t, const float *u, double a, double b, int64_t n)
+{
+    for (int64_t i = tg_global_index(); i < n; i += tg_global_stride()) tg_store_any(t, tg_offset_of(t, i), a + b * u[i]);
+}
+
+#define TG_CURAND_CHECK(call)                                                                                     \
+    do {                                                                                                           \
+        curandStatus_t curand_status_ = (call);                                                                    \
+        if (curand_status_ != CURAND_STATUS_SUCCESS) {                                                             \
+            status = tg_set_error(TG_ERR_DEVICE, "%s failed with cuRAND status %d", #call, (int)curand_status_); \
+            goto done;                                                                                             \
+        }                                                                                                          \
+    } while (0)
+
+extern "C" tg_status tg_cuda_fill_random(tg_tensor *t, uint64_t seed, bool normal, double a, double b)
+{
+    int64_t n = tg_numel(t);
+    if (n == 0) return TG_OK;
+    size_t count = (size_t)(n + (n & 1)); // cuRAND's normal generator wants an even count
+    float *u = NULL;
+    curandGenerator_t generator = NULL;
+    tg_status status = tg_device_alloc(TG_DEVICE_CUDA, count * sizeof(float), (void **)&u);
+    if (status != TG_OK) return status;
+    TG_CURAND_CHECK(curandCreateGenerator(&generator, CURAND_RNG_PSEUDO_PHILOX4_32_10));
+    TG_CURAND_CHECK(curandSetPseudoRandomGeneratorSeed(generator, seed));
+    if (normal)
+        TG_CURAND_CHECK(curandGenerateNormal(generator, u, count, 0.0f, 1.0f));
+    else
+        TG_CURAND_CHECK(curandGenerateUniform(generator, u, count)); // (0, 1]
+    affine_kernel<<<tg_blocks_for(n), TG_THREADS>>>(tg_view_of(t), u, a, normal ? b : b - a, n);
+    status = tg_cuda_check_launch("tg_fill_random");
+done:
+    if (generator) curandDestroyGenerator(generator);
+    tg_device_free(TG_DEVICE_CUDA, u, count * sizeof(float));
+    return status;
+}
