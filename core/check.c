@@ -27,6 +27,11 @@ bool tg_check_tensor(const char *op, const char *name, const tg_tensor *t)
         tg_set_error(TG_ERR_INVALID, "%s: %s is not a valid tensor (ndim %d)", op, name, t->ndim);
         return false;
     }
+    if (t->device != t->storage->device) { /* a hand-edited struct: never run a kernel on it */
+        tg_error_tensors(TG_ERR_DEVICE, 1, &name, &t, "%s: %s claims to be on %s, but its memory is on the %s device",
+                         op, name, tg_device_name(t->device), tg_device_name(t->storage->device));
+        return false;
+    }
     return true;
 }
 

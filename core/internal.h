@@ -166,11 +166,17 @@ tg_tensor *tg_reduce_to_shape(tg_tape *tape, const tg_tensor *g, int ndim, const
 /* ---- device dispatch ------------------------------------------------------------------
  * Each op keeps a small table of kernels, one entry per device, in its own file:
  *
- *   static const silu_fwd_fn silu_fwd[TG_DEVICE_COUNT] = TG_KERNELS(tg_cpu_silu_fwd, NULL);
+ *   static const silu_fwd_fn silu_fwd[TG_DEVICE_COUNT] =
+ *       TG_KERNELS(tg_cpu_silu_fwd, TG_CUDA_KERNEL(tg_cuda_silu_fwd));
  *   status = TG_DISPATCH("tg_silu", silu_fwd, x->device, x, y);
  *
  * A device without a kernel yet answers with a clear error. Adding the CUDA kernel is
  * a change to that one table line, never to the op's checks or its tape record. */
+#ifdef TG_HAVE_CUDA
+#define TG_CUDA_KERNEL(kernel) (kernel)
+#else
+#define TG_CUDA_KERNEL(kernel) NULL /* a build without CUDA has no such function */
+#endif
 #define TG_KERNELS(cpu_kernel, cuda_kernel) \
     { [TG_DEVICE_CPU] = (cpu_kernel), [TG_DEVICE_CUDA] = (cuda_kernel) }
 #define TG_DISPATCH(op, table, device, ...) \

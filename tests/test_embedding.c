@@ -168,8 +168,8 @@ Test(embedding, bad_inputs_fail_cleanly)
     tt_assert_failed_with(&s, tg_embedding(tape, cube_table, ids), op, "2 dimensions", "[5, 3, 1]", NULL);
     tt_assert_failed_with(&s, tg_embedding(tape, table, float_ids), op, "i32", "f32", NULL);
     tt_assert_failed_with(&s, tg_embedding(tape, int_table, ids), op, "float", "i32", NULL);
-    tt_assert_failed_with(&s, tg_embedding(tape, table, cuda_ids), op, "devices", "cuda", NULL);
-    tt_assert_failed_with(&s, tg_embedding(tape, cuda_table, ids), op, "devices", "cuda", NULL);
+    tt_assert_failed_with(&s, tg_embedding(tape, table, cuda_ids), op, "device", "cuda", NULL);
+    tt_assert_failed_with(&s, tg_embedding(tape, cuda_table, ids), op, "device", "cuda", NULL);
     tt_assert_failed_with(&s, tg_embedding(tape, cuda_table, cuda_ids), op, "cuda", NULL);
     tt_assert_failed_with(&s, tg_embedding(tape, table, deep_ids), op, "dimensions", NULL);
     tt_assert_failed_with(&s, tg_embedding(tape, empty_table, ids), op, "V = 0", "position 0", NULL);

@@ -152,6 +152,30 @@ void tt_assert_status_failed(const tt_state *before, tg_status status, const cha
     assert_clean(before, op);
 }
 
+void tt_require_cuda(void)
+{
+    if (!tg_device_available(TG_DEVICE_CUDA)) cr_skip("no usable CUDA device in this build or machine");
+}
+
+tg_tensor *tt_cuda_twin(tg_tape *tape, tg_tensor *x, bool keep_layout)
+{
+    tg_tensor *twin;
+    if (keep_layout) {
+        /* The same geometry over a device buffer as large as x's storage. */
+        int64_t span = x->offset + 1;
+        for (int d = 0; d < x->ndim; d++) span += (x->shape[d] - 1) * x->strides[d];
+        tg_tensor *buffer = tg_zeros(tape, x->dtype, TG_DEVICE_CUDA, 1, &span);
+        cr_assert(buffer, "tt_cuda_twin: %s", tg_last_error());
+        twin = tg_view(tape, buffer, x->ndim, x->shape, x->strides, x->offset);
+    } else {
+        twin = tg_empty(tape, x->dtype, TG_DEVICE_CUDA, x->ndim, x->shape);
+    }
+    cr_assert(twin, "tt_cuda_twin: %s", tg_last_error());
+    cr_assert_eq(tg_copy(twin, x), TG_OK, "tt_cuda_twin: %s", tg_last_error());
+    if (x->requires_grad) cr_assert_eq(tg_set_requires_grad(twin, true), TG_OK, "%s", tg_last_error());
+    return twin;
+}
+
 tg_tensor *tt_fake_cuda(tg_tape *tape, const tg_tensor *x)
 {
     tg_tensor *fake = tg_tape_alloc(tape, sizeof *fake);

@@ -56,8 +56,17 @@ void tt_assert_failed_with(const tt_state *before, const void *result, const cha
 /* For functions returning a status. */
 void tt_assert_status_failed(const tt_state *before, tg_status status, const char *op);
 
-/* A copy of the tensor struct that claims to live on CUDA (its data stays on the host):
- * ops must reject it in their checks, before touching any data. */
+/* ---- CUDA ------------------------------------------------------------------------------
+ * GPU tests start with tt_require_cuda(), which skips the test (cr_skip) when this build
+ * or machine has no usable GPU. */
+void tt_require_cuda(void);
+/* A copy of x on the device, as a leaf that requires a gradient when x does: the CUDA
+ * twin of a CPU input, for CPU-vs-CUDA comparisons. Keeps x's strides when keep_layout
+ * (a strided CPU view gives an equally strided CUDA view of a same-sized buffer). */
+tg_tensor *tt_cuda_twin(tg_tape *tape, tg_tensor *x, bool keep_layout);
+
+/* A copy of the tensor struct that claims to live on CUDA while its data stays on the
+ * host: ops must reject it in their checks, before touching any data (on any machine). */
 tg_tensor *tt_fake_cuda(tg_tape *tape, const tg_tensor *x);
 
 #endif
