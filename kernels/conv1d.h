@@ -8,6 +8,10 @@
 
 #include "core/internal.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     const tg_tensor *x;              /* (B, C, L), any strides */
     const tg_tensor *weight;         /* (C, K), any strides */
@@ -30,5 +34,15 @@ tg_status tg_cpu_causal_conv1d_fwd(const tg_conv1d_args *args, tg_tensor *out, t
 tg_status tg_cpu_causal_conv1d_bwd(const tg_conv1d_args *args, const tg_tensor *dout,
                                    const tg_tensor *dfinal_states, tg_tensor *dx, tg_tensor *dweight,
                                    tg_tensor *dbias, tg_tensor *dinitial_states);
+
+/* The CUDA kernels (kernels/cuda/conv1d.cu): f32, bf16 and f16 storage, K ≤ 16. */
+tg_status tg_cuda_causal_conv1d_fwd(const tg_conv1d_args *args, tg_tensor *out, tg_tensor *final_states);
+tg_status tg_cuda_causal_conv1d_bwd(const tg_conv1d_args *args, const tg_tensor *dout,
+                                    const tg_tensor *dfinal_states, tg_tensor *dx, tg_tensor *dweight,
+                                    tg_tensor *dbias, tg_tensor *dinitial_states);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

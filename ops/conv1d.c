@@ -11,8 +11,10 @@
  * docs/causal_conv1d.md derives these. */
 #include "kernels/conv1d.h"
 
-static const tg_conv1d_fwd_kernel conv1d_fwd[TG_DEVICE_COUNT] = TG_KERNELS(tg_cpu_causal_conv1d_fwd, NULL);
-static const tg_conv1d_bwd_kernel conv1d_bwd[TG_DEVICE_COUNT] = TG_KERNELS(tg_cpu_causal_conv1d_bwd, NULL);
+static const tg_conv1d_fwd_kernel conv1d_fwd[TG_DEVICE_COUNT] =
+    TG_KERNELS(tg_cpu_causal_conv1d_fwd, TG_CUDA_KERNEL(tg_cuda_causal_conv1d_fwd));
+static const tg_conv1d_bwd_kernel conv1d_bwd[TG_DEVICE_COUNT] =
+    TG_KERNELS(tg_cpu_causal_conv1d_bwd, TG_CUDA_KERNEL(tg_cuda_causal_conv1d_bwd));
 
 static const char *const OP = "tg_causal_conv1d";
 

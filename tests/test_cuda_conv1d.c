@@ -1,0 +1,192 @@
+/* Causal conv1d on CUDA against the CPU kernel: forward, final states and every gradient,
+ * over K = 1 … 16, the edge shapes, both layouts and odd strides, misaligned views, f32,
+ * bf16 and f16; and bitwise-repeatable gradients. Skipped without a GPU. */
+#include "test_util.h"
+
+#include "core/internal.h"
+
+#include <stdio.h>
+
+typedef enum { LAYOUT_CHANNEL_FIRST, LAYOUT_CHANNEL_LAST, LAYOUT_STRIDED, LAYOUT_MISALIGNED } layout;
+static const char *const layout_names[] = {"channel-first", "channel-last", "strided", "misaligned"};
+
+typedef struct {
+    int64_t B, C, L, K;
+    layout lay;
+    tg_dtype dtype;
+    bool bias, silu, initial, final;
+} conv_case;
+
+/* A CPU (B, C, L) tensor of random values in the asked layout, as a gradient-requiring leaf. */
+static tg_tensor *x_in_layout(tg_tape *tape, const conv_case *cc)
+{
+    int64_t B = cc->B, C = cc->C, L = cc->L, shape[3] = {B, C, L};
+    tg_tensor *x;
+    switch (cc->lay) {
+    case LAYOUT_CHANNEL_LAST: {
+        tg_tensor *base = tt_randn(tape, cc->dtype, 3, (int64_t[]){B, L, C});
+        x = tg_view(tape, base, 3, shape, (int64_t[]){L * C, 1, C}, 0);
+        break;
+    }
+    case LAYOUT_STRIDED: /* every other step, channels and batch swapped in memory */
+        return tt_strided_leaf(tape, cc->dtype, 3, shape);
+    case LAYOUT_MISALIGNED: { /* rows padded by one element and starting one element in */
+        tg_tensor *base = tt_randn(tape, cc->dtype, 1, (int64_t[]){B * C * (L + 1) + 1});
+        x = tg_view(tape, base, 3, shape, (int64_t[]){C * (L + 1), L + 1, 1}, 1);
+        break;
+    }
+    default: x = tt_randn(tape, cc->dtype, 3, shape);
+    }
+    cr_assert_eq(tg_set_requires_grad(x, true), TG_OK);
+    return x;
+}
+
+static double tolerance(tg_dtype dtype) { return dtype == TG_F32 ? 1e-5 : 1e-2; }
+
+static void describe(const conv_case *cc, char *buf, size_t size)
+{
+    snprintf(buf, size, "B=%lld C=%lld L=%lld K=%lld %s %s%s%s%s%s", (long long)cc->B, (long long)cc->C,
+             (long long)cc->L, (long long)cc->K, layout_names[cc->lay], tg_dtype_name(cc->dtype),
+             cc->bias ? " bias" : "", cc->silu ? " silu" : "", cc->initial ? " initial" : "", cc->final ? " final" : "");
+}
+
+/* Runs the conv on the given inputs and backward from out (and final states) with the given
+ * output gradients. inputs: x, w, bias, init; grads: dout, dfinal. */
+static tg_tensor *run(tg_tape *tape, const conv_case *cc, tg_tensor *const *in, tg_tensor *const *grads,
+                      tg_tensor **final_states)
+{
+    tg_causal_conv1d_options opt = {cc->bias ? in[2] : NULL, cc->initial ? in[3] : NULL,
+                                    cc->silu ? TG_ACT_SILU : TG_ACT_NONE, cc->final ? final_states : NULL};
+    tg_tensor *out = tg_causal_conv1d(tape, in[0], in[1], &opt);
+    cr_assert(out, "%s", tg_last_error());
+    /* loss = Σ out·dout (+ Σ final·dfinal): its gradient seeds both outputs at once */
+    tg_tensor *loss = tg_sum_all(tape, tg_mul(tape, out, grads[0]));
+    if (cc->final) loss = tg_add(tape, loss, tg_sum_all(tape, tg_mul(tape, *final_states, grads[1])));
+    cr_assert(loss, "%s", tg_last_error());
+    cr_assert_eq(tg_backward(tape, loss), TG_OK, "%s", tg_last_error());
+    return out;
+}
+
+static void check_case(conv_case cc)
+{
+    char what[160];
+    describe(&cc, what, sizeof what);
+    tg_tape *tape = tg_tape_create();
+    tg_tensor *cpu[4] = {x_in_layout(tape, &cc), tt_leaf(tape, cc.dtype, 2, (int64_t[]){cc.C, cc.K}),
+                         tt_leaf(tape, cc.dtype, 1, (int64_t[]){cc.C}),
+                         tt_leaf(tape, cc.dtype, 3, (int64_t[]){cc.B, cc.C, cc.K - 1})};
+    tg_tensor *gcpu[2] = {tt_randn(tape, cc.dtype, 3, (int64_t[]){cc.B, cc.C, cc.L}),
+                          tt_randn(tape, cc.dtype, 3, (int64_t[]){cc.B, cc.C, cc.K - 1})};
+    tg_tensor *gpu[4], *ggpu[2];
+    for (int i = 0; i < 4; i++) gpu[i] = tt_cuda_twin(tape, cpu[i], i == 0);
+    for (int i = 0; i < 2; i++) ggpu[i] = tt_cuda_twin(tape, gcpu[i], false);
+
+    tg_tensor *final_cpu = NULL, *final_gpu = NULL;
+    tg_tensor *out_cpu = run(tape, &cc, cpu, gcpu, &final_cpu);
+    tg_tensor *out_gpu = run(tape, &cc, gpu, ggpu, &final_gpu);
+    cr_assert_eq(out_gpu->device, TG_DEVICE_CUDA);
+    if (cc.lay == LAYOUT_CHANNEL_LAST && cc.C > 1 && cc.L > 1) cr_assert_eq(out_gpu->strides[1], 1, "%s: layout kept", what);
+    double tol = tolerance(cc.dtype);
+    cr_assert_lt(tt_rel_error(out_gpu, out_cpu), tol, "%s: out differs by %g", what, tt_rel_error(out_gpu, out_cpu));
+    if (cc.final && cc.K > 1)
+        cr_assert_lt(tt_rel_error(final_gpu, final_cpu), tol, "%s: final states", what);
+    const char *names[4] = {"dx", "dweight", "dbias", "dinitial"};
+    for (int i = 0; i < 4; i++) {
+        bool used = i < 2 || (i == 2 && cc.bias) || (i == 3 && cc.initial && cc.K > 1);
+        if (!used) continue;
+        cr_assert(gpu[i]->grad && cpu[i]->grad, "%s: %s missing", what, names[i]);
+        double err = tt_rel_error(gpu[i]->grad, cpu[i]->grad);
+        cr_assert_lt(err, tol, "%s: %s differs by %g", what, names[i], err);
+    }
+    tg_tape_free(tape);
+}
+
+static conv_case random_case(tg_dtype dtype)
+{
+    return (conv_case){tt_randint(1, 3), tt_randint(1, 70), tt_randint(1, 600), tt_randint(1, 16),
+                       (layout)tt_randint(0, 3), dtype, tt_randint(0, 1), tt_randint(0, 1), tt_randint(0, 1),
+                       tt_randint(0, 1)};
+}
+
+Test(cuda_conv1d, every_width_from_1_to_16)
+{
+    tt_require_cuda();
+    for (int64_t K = 1; K <= 16; K++)
+        for (int lay = 0; lay < 2; lay++)
+            check_case((conv_case){2, 5, 37 + K, K, (layout)lay, TG_F32, true, true, true, true});
+}
+
+Test(cuda_conv1d, edge_shapes)
+{
+    tt_require_cuda();
+    const int64_t edges[][4] = {
+        /* B  C  L  K */
+        {1, 1, 1, 1}, {1, 1, 1, 4}, {1, 1, 2, 4}, {1, 3, 3, 8}, {1, 1, 15, 16}, {3, 1, 1000, 4},
+        {1, 9, 1, 3}, {2, 33, 7, 2}, {1, 130, 5000, 4}, {4, 64, 2049, 3},
+    };
+    for (size_t e = 0; e < sizeof edges / sizeof edges[0]; e++)
+        for (int lay = 0; lay < 4; lay++)
+            check_case((conv_case){edges[e][0], edges[e][1], edges[e][2], edges[e][3], (layout)lay, TG_F32,
+                                   tt_randint(0, 1), tt_randint(0, 1), tt_randint(0, 1), tt_randint(0, 1)});
+}
+
+Test(cuda_conv1d, random_cases_f32_bf16_f16)
+{
+    tt_require_cuda();
+    const tg_dtype dtypes[3] = {TG_F32, TG_BF16, TG_F16};
+    for (int d = 0; d < 3; d++)
+        for (int r = 0; r < 12; r++) check_case(random_case(dtypes[d]));
+}
+
+Test(cuda_conv1d, long_rows_and_many_channels)
+{
+    tt_require_cuda();
+    const tg_dtype dtypes[2] = {TG_F32, TG_BF16};
+    for (int d = 0; d < 2; d++)
+        for (int lay = 0; lay < 2; lay++) {
+            check_case((conv_case){2, 96, 8192 + 3, 4, (layout)lay, dtypes[d], true, true, false, false});
+            check_case((conv_case){1, 1536, 300, 8, (layout)lay, dtypes[d], true, true, true, true});
+        }
+}
+
+/* Two backward passes give bitwise-equal weight and bias gradients (no atomics). */
+Test(cuda_conv1d, gradients_are_bitwise_repeatable)
+{
+    tt_require_cuda();
+    for (int lay = 0; lay < 2; lay++) {
+        tg_tape *tape = tg_tape_create();
+        int64_t B = 4, C = 64, L = 3000, K = 4;
+        conv_case cc = {B, C, L, K, (layout)lay, TG_F32, true, true, false, false};
+        tg_tensor *x = tt_cuda_twin(tape, x_in_layout(tape, &cc), true);
+        tg_tensor *w = tt_cuda_twin(tape, tt_leaf(tape, TG_F32, 2, (int64_t[]){C, K}), false);
+        tg_tensor *bias = tt_cuda_twin(tape, tt_leaf(tape, TG_F32, 1, (int64_t[]){C}), false);
+        tg_tensor *dout = tt_cuda_twin(tape, tt_randn(tape, TG_F32, 3, (int64_t[]){B, C, L}), false);
+        float first[C * K + C], again[C * K + C];
+        for (int run_index = 0; run_index < 2; run_index++) {
+            tg_zero_grad(w);
+            tg_zero_grad(bias);
+            tg_tensor *out = tg_causal_conv1d(tape, x, w, &(tg_causal_conv1d_options){bias, NULL, TG_ACT_SILU, NULL});
+            cr_assert_eq(tg_backward_with_grad(tape, out, dout), TG_OK, "%s", tg_last_error());
+            float *dst = run_index ? again : first;
+            tg_copy_to_host(w->grad, dst, TG_F32);
+            tg_copy_to_host(bias->grad, dst + C * K, TG_F32);
+        }
+        for (int i = 0; i < C * K + C; i++) cr_assert_eq(first[i], again[i], "%s: gradient %d differs", layout_names[lay], i);
+        tg_tape_free(tape);
+    }
+}
+
+Test(cuda_conv1d, mixed_devices_are_rejected)
+{
+    tt_require_cuda();
+    tg_tape *tape = tg_tape_create();
+    tg_tensor *x = tt_randn(tape, TG_F32, 3, (int64_t[]){2, 3, 5});
+    tg_tensor *w = tt_randn(tape, TG_F32, 2, (int64_t[]){3, 4});
+    tg_tensor *xg = tt_cuda_twin(tape, x, false);
+    tt_state s = tt_snapshot(tape);
+    tt_assert_failed_with(&s, tg_causal_conv1d(tape, xg, w, NULL), "tg_causal_conv1d", "devices", "cuda", "cpu", NULL);
+    tg_tensor *w17 = tt_cuda_twin(tape, tt_randn(tape, TG_F32, 2, (int64_t[]){3, 17}), false);
+    s = tt_snapshot(tape);
+    tt_assert_failed_with(&s, tg_causal_conv1d(tape, xg, w17, NULL), "tg_causal_conv1d", "K up to 16", NULL);
+    tg_tape_free(tape);
+}
