@@ -4,7 +4,7 @@
 //
 // x is seen as (outputs o, reduced r): offset(o, r) = kept(o) + reduced(r). A sum too
 // long for one worker is cut into chunks of equal length; each chunk's partial sum goes
-// to scratch and a second pass adds a output's partials in a fixed tree. One worker is
+// to scratch and a second pass adds an output's partials in a fixed tree. One worker is
 // a warp when the reduced elements sit next to each other in memory (the lanes read
 // them together), else a thread (neighbouring threads read neighbouring outputs).
 #include "kernels/reduce.h"
