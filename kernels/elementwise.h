@@ -5,6 +5,10 @@
 
 #include "core/internal.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum {
     TG_UNARY_SCALE, /* param · x */
     TG_UNARY_NEG,
@@ -36,5 +40,15 @@ tg_status tg_cpu_unary_fwd(tg_unary_op op, double param, const tg_tensor *x, tg_
 tg_status tg_cpu_unary_bwd(tg_unary_op op, double param, const tg_tensor *x, const tg_tensor *y,
                            const tg_tensor *dy, tg_tensor *dx);
 tg_status tg_cpu_binary_fwd(tg_binary_op op, const tg_tensor *a, const tg_tensor *b, tg_tensor *out);
+
+/* The same on CUDA (kernels/cuda/elementwise.cu). */
+tg_status tg_cuda_unary_fwd(tg_unary_op op, double param, const tg_tensor *x, tg_tensor *y);
+tg_status tg_cuda_unary_bwd(tg_unary_op op, double param, const tg_tensor *x, const tg_tensor *y,
+                            const tg_tensor *dy, tg_tensor *dx);
+tg_status tg_cuda_binary_fwd(tg_binary_op op, const tg_tensor *a, const tg_tensor *b, tg_tensor *out);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -5,6 +5,10 @@
 
 #include "core/internal.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Finds the first id (in row-major order of ids) outside [0, vocab): *bad_position gets
  * its flat position and *bad_id its value, or *bad_position = -1 when every id is valid. */
 typedef tg_status (*tg_embedding_find_bad_id_kernel)(const tg_tensor *ids, int64_t vocab, int64_t *bad_position,
@@ -20,5 +24,14 @@ typedef tg_status (*tg_embedding_bwd_kernel)(const tg_tensor *dy, const tg_tenso
 tg_status tg_cpu_embedding_find_bad_id(const tg_tensor *ids, int64_t vocab, int64_t *bad_position, int64_t *bad_id);
 tg_status tg_cpu_embedding_fwd(const tg_tensor *table, const tg_tensor *ids, tg_tensor *out);
 tg_status tg_cpu_embedding_bwd(const tg_tensor *dy, const tg_tensor *ids, tg_tensor *dtable);
+
+/* The same on CUDA (kernels/cuda/embedding.cu). */
+tg_status tg_cuda_embedding_find_bad_id(const tg_tensor *ids, int64_t vocab, int64_t *bad_position, int64_t *bad_id);
+tg_status tg_cuda_embedding_fwd(const tg_tensor *table, const tg_tensor *ids, tg_tensor *out);
+tg_status tg_cuda_embedding_bwd(const tg_tensor *dy, const tg_tensor *ids, tg_tensor *dtable);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -4,6 +4,10 @@
 
 #include "core/internal.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* The axis value that means "every axis" (out has one element). */
 #define TG_AXIS_ALL (-1)
 
@@ -15,5 +19,13 @@ typedef tg_status (*tg_sum_axis_bwd_kernel)(const tg_tensor *dy, int axis, doubl
 
 tg_status tg_cpu_sum_axis(const tg_tensor *x, int axis, double scale, tg_tensor *out);
 tg_status tg_cpu_sum_axis_bwd(const tg_tensor *dy, int axis, double scale, tg_tensor *dx);
+
+/* The same on CUDA (kernels/cuda/reduce.cu). */
+tg_status tg_cuda_sum_axis(const tg_tensor *x, int axis, double scale, tg_tensor *out);
+tg_status tg_cuda_sum_axis_bwd(const tg_tensor *dy, int axis, double scale, tg_tensor *dx);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -7,9 +7,12 @@
  * Unary backward: dx = dy · f'(x), with f' in kernels/cpu/elementwise.c. */
 #include "kernels/elementwise.h"
 
-static const tg_unary_fwd_kernel unary_fwd[TG_DEVICE_COUNT] = TG_KERNELS(tg_cpu_unary_fwd, NULL);
-static const tg_unary_bwd_kernel unary_bwd[TG_DEVICE_COUNT] = TG_KERNELS(tg_cpu_unary_bwd, NULL);
-static const tg_binary_fwd_kernel binary_fwd[TG_DEVICE_COUNT] = TG_KERNELS(tg_cpu_binary_fwd, NULL);
+static const tg_unary_fwd_kernel unary_fwd[TG_DEVICE_COUNT] =
+    TG_KERNELS(tg_cpu_unary_fwd, TG_CUDA_KERNEL(tg_cuda_unary_fwd));
+static const tg_unary_bwd_kernel unary_bwd[TG_DEVICE_COUNT] =
+    TG_KERNELS(tg_cpu_unary_bwd, TG_CUDA_KERNEL(tg_cuda_unary_bwd));
+static const tg_binary_fwd_kernel binary_fwd[TG_DEVICE_COUNT] =
+    TG_KERNELS(tg_cpu_binary_fwd, TG_CUDA_KERNEL(tg_cuda_binary_fwd));
 
 /* ---- unary ----------------------------------------------------------------------------- */
 

@@ -5,9 +5,11 @@
 #include <stdio.h>
 
 static const tg_embedding_find_bad_id_kernel find_bad_id[TG_DEVICE_COUNT] =
-    TG_KERNELS(tg_cpu_embedding_find_bad_id, NULL);
-static const tg_embedding_fwd_kernel embedding_fwd[TG_DEVICE_COUNT] = TG_KERNELS(tg_cpu_embedding_fwd, NULL);
-static const tg_embedding_bwd_kernel embedding_bwd[TG_DEVICE_COUNT] = TG_KERNELS(tg_cpu_embedding_bwd, NULL);
+    TG_KERNELS(tg_cpu_embedding_find_bad_id, TG_CUDA_KERNEL(tg_cuda_embedding_find_bad_id));
+static const tg_embedding_fwd_kernel embedding_fwd[TG_DEVICE_COUNT] =
+    TG_KERNELS(tg_cpu_embedding_fwd, TG_CUDA_KERNEL(tg_cuda_embedding_fwd));
+static const tg_embedding_bwd_kernel embedding_bwd[TG_DEVICE_COUNT] =
+    TG_KERNELS(tg_cpu_embedding_bwd, TG_CUDA_KERNEL(tg_cuda_embedding_bwd));
 
 /* y[p, :] = table[ids[p], :], so ∂L/∂table[v, :] = Σ over positions p with ids[p] = v of
  * dy[p, :]: a scatter-add of dy's rows into zeros, in position order (deterministic).

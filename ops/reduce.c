@@ -3,8 +3,10 @@
  * dx = dy broadcast back over the reduced axis, times that weight. */
 #include "kernels/reduce.h"
 
-static const tg_sum_axis_kernel sum_fwd[TG_DEVICE_COUNT] = TG_KERNELS(tg_cpu_sum_axis, NULL);
-static const tg_sum_axis_bwd_kernel sum_bwd[TG_DEVICE_COUNT] = TG_KERNELS(tg_cpu_sum_axis_bwd, NULL);
+static const tg_sum_axis_kernel sum_fwd[TG_DEVICE_COUNT] =
+    TG_KERNELS(tg_cpu_sum_axis, TG_CUDA_KERNEL(tg_cuda_sum_axis));
+static const tg_sum_axis_bwd_kernel sum_bwd[TG_DEVICE_COUNT] =
+    TG_KERNELS(tg_cpu_sum_axis_bwd, TG_CUDA_KERNEL(tg_cuda_sum_axis_bwd));
 
 typedef struct {
     const char *name;

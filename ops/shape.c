@@ -19,8 +19,8 @@
 /* Block copies (dst ← src, same shape, any strides): the slice backward and the
  * concat forward write a whole input into a region of a bigger tensor. */
 typedef tg_status (*copy_kernel)(tg_tensor *dst, const tg_tensor *src);
-static const copy_kernel slice_bwd_copy[TG_DEVICE_COUNT] = TG_KERNELS(tg_copy, NULL);
-static const copy_kernel concat_fwd_copy[TG_DEVICE_COUNT] = TG_KERNELS(tg_copy, NULL);
+static const copy_kernel slice_bwd_copy[TG_DEVICE_COUNT] = TG_KERNELS(tg_copy, tg_copy);
+static const copy_kernel concat_fwd_copy[TG_DEVICE_COUNT] = TG_KERNELS(tg_copy, tg_copy);
 
 /* ---- shared helpers ------------------------------------------------------------------ */
 

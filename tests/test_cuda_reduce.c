@@ -1,0 +1,244 @@
+/* Reductions on CUDA against the CPU kernels: tg_sum and tg_mean over every axis (keepdim
+ * or not, contiguous or strided), tg_sum_all and tg_mean_all, in f32, bf16 and f64, on
+ * shapes that take each way the kernels split the work (a warp or a thread per sum, one
+ * pass or chunked partial sums), empty sizes, and bitwise-equal repeated runs. Skipped
+ * without a usable GPU. */
+#include "test_util.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef tg_tensor *(*axis_op_fn)(tg_tape *, tg_tensor *, int, bool);
+typedef tg_tensor *(*all_op_fn)(tg_tape *, tg_tensor *);
+
+static const struct {
+    const char *name;
+    axis_op_fn fn;
+} axis_ops[] = {{"tg_sum", tg_sum}, {"tg_mean", tg_mean}};
+
+static const struct {
+    const char *name;
+    all_op_fn fn;
+} all_ops[] = {{"tg_sum_all", tg_sum_all}, {"tg_mean_all", tg_mean_all}};
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+static tg_tensor *host_copy(tg_tape *tape, const tg_tensor *t)
+{
+    tg_tensor *h = tg_empty(tape, t->dtype, TG_DEVICE_CPU, t->ndim, t->shape);
+    cr_assert(h, "host_copy: %s", tg_last_error());
+    cr_assert_eq(tg_copy(h, t), TG_OK, "host_copy: %s", tg_last_error());
+    return h;
+}
+
+/* Same shape and dtype, on the GPU, and within `tolerance` of the CPU result. */
+static void assert_matches(tg_tape *tape, const tg_tensor *cuda, const tg_tensor *cpu, double tolerance,
+                           const char *what)
+{
+    cr_assert(cuda && cpu, "%s: missing result: %s", what, tg_last_error());
+    cr_assert_eq(cuda->device, TG_DEVICE_CUDA, "%s: the result left the GPU", what);
+    cr_assert_eq(cuda->dtype, cpu->dtype, "%s: dtype differs", what);
+    cr_assert(tg_same_shape(cuda, cpu), "%s: shape differs (ndim %d vs %d)", what, cuda->ndim, cpu->ndim);
+    double error = tt_rel_error(host_copy(tape, cuda), cpu);
+    cr_assert(error <= tolerance, "%s: relative error %g > %g (seed %llu)", what, error, tolerance,
+              (unsigned long long)tt_seed());
+}
+
+static double tolerance_of(tg_dtype dtype) { return dtype == TG_F64 ? 1e-12 : dtype == TG_F32 ? 1e-5 : 1e-2; }
+
+/* The reduction `op` (axis_ops[k] over axis, or all_ops[k] when axis is TG_MAX_DIMS) of
+ * the CPU leaf x on both devices, then backward from one random dy: compares the result
+ * and x's gradient. */
+#define ALL TG_MAX_DIMS
+static void check_reduce(size_t k, tg_tensor *x, int axis, bool keepdim, const char *what)
+{
+    tg_tape *cpu = x->tape, *gpu = tg_tape_create();
+    tg_tensor *xc = tt_cuda_twin(gpu, x, !tg_is_contiguous(x));
+    tg_tensor *y = axis == ALL ? all_ops[k].fn(cpu, x) : axis_ops[k].fn(cpu, x, axis, keepdim);
+    tg_tensor *yc = axis == ALL ? all_ops[k].fn(gpu, xc) : axis_ops[k].fn(gpu, xc, axis, keepdim);
+    cr_assert(y && yc, "%s: %s", what, tg_last_error());
+    assert_matches(gpu, yc, y, tolerance_of(x->dtype), what);
+    tg_tensor *dy = tt_randn(cpu, x->dtype, y->ndim, y->shape);
+    cr_assert_eq(tg_backward_with_grad(cpu, y, dy), TG_OK, "%s: %s", what, tg_last_error());
+    cr_assert_eq(tg_backward_with_grad(gpu, yc, tt_cuda_twin(gpu, dy, false)), TG_OK, "%s: %s", what,
+                 tg_last_error());
+    char grad_what[160];
+    snprintf(grad_what, sizeof grad_what, "%s: dx", what);
+    assert_matches(gpu, xc->grad, x->grad, tolerance_of(x->dtype), grad_what);
+    tg_tape_free(gpu);
+}
+
+static tg_tensor *random_leaf(tg_tape *tape, tg_dtype dtype, int ndim, const int64_t *shape, bool strided)
+{
+    return strided ? tt_strided_leaf(tape, dtype, ndim, shape) : tt_leaf(tape, dtype, ndim, shape);
+}
+
+/* ---- small random shapes ---------------------------------------------------------------------- */
+
+Test(cuda_reduce, every_axis_keepdim_and_layout_match_cpu)
+{
+    tt_require_cuda();
+    const tg_dtype dtypes[3] = {TG_F32, TG_BF16, TG_F64};
+    for (int d = 0; d < 3; d++)
+        for (int ndim = 1; ndim <= 4; ndim++)
+            for (int strided = 0; strided < 2; strided++) {
+                tg_tape *cpu = tg_tape_create();
+                int64_t shape[4];
+                for (int i = 0; i < ndim; i++) shape[i] = tt_randint(1, i == ndim - 1 ? 70 : 6);
+                tg_tensor *x = random_leaf(cpu, dtypes[d], ndim, shape, strided);
+                for (int axis = -ndim; axis < ndim; axis++) /* negative axes too */
+                    for (int keepdim = 0; keepdim < 2; keepdim++) {
+                        size_t k = (size_t)tt_randint(0, 1);
+                        char what[128];
+                        snprintf(what, sizeof what, "%s %s ndim %d axis %d%s%s", axis_ops[k].name,
+                                 tg_dtype_name(dtypes[d]), ndim, axis, keepdim ? " keepdim" : "",
+                                 strided ? " strided" : "");
+                        check_reduce(k, x, axis, keepdim, what);
+                        cr_assert_eq(tg_zero_grad(x), TG_OK);
+                    }
+                tg_tape_free(cpu);
+            }
+}
+
+Test(cuda_reduce, all_elements_match_cpu)
+{
+    tt_require_cuda();
+    /* around a warp and the chunk lengths, 100k+, and one needing many chunks */
+    const int64_t sizes[] = {1, 31, 32, 33, 1023, 1025, 100003, 3000017};
+    const tg_dtype dtypes[2] = {TG_F32, TG_BF16};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+        for (int d = 0; d < 2; d++)
+            for (int strided = 0; strided < 2; strided++) {
+                tg_tape *cpu = tg_tape_create();
+                int64_t shape[2] = {sizes[s] > 1000 ? 7 : 1, sizes[s] > 1000 ? sizes[s] / 7 : sizes[s]};
+                tg_tensor *x = random_leaf(cpu, dtypes[d], 2, shape, strided);
+                size_t k = s % 2;
+                char what[128];
+                snprintf(what, sizeof what, "%s of %lld %s%s", all_ops[k].name, (long long)tg_numel(x),
+                         tg_dtype_name(dtypes[d]), strided ? " strided" : "");
+                check_reduce(k, x, ALL, false, what);
+                tg_tape_free(cpu);
+            }
+}
+
+/* ---- large shapes: each way of splitting the work ---------------------------------------------- */
+
+Test(cuda_reduce, large_shapes_take_every_path)
+{
+    tt_require_cuda();
+    const struct {
+        int64_t rows, cols;
+        int axis;
+        const char *path;
+    } cases[] = {
+        {9001, 40, 1, "a warp per row, one pass"},
+        {3, 200001, 1, "a warp per chunk of a long row"},
+        {40, 300007, 0, "a thread per column, one pass"},
+        {200001, 3, 0, "a thread per chunk of a long column"},
+        {2048, 1031, 0, "chunked columns"},
+        {1031, 2048, 1, "rows"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int strided = 0; strided < 2; strided++) {
+            tg_tape *cpu = tg_tape_create();
+            int64_t shape[2] = {cases[c].rows, cases[c].cols};
+            tg_tensor *x = random_leaf(cpu, TG_F32, 2, shape, strided);
+            char what[128];
+            snprintf(what, sizeof what, "tg_sum %lldx%lld axis %d (%s)%s", (long long)shape[0], (long long)shape[1],
+                     cases[c].axis, cases[c].path, strided ? " strided" : "");
+            check_reduce(0, x, cases[c].axis, c % 2 == 1, what);
+            tg_tape_free(cpu);
+        }
+}
+
+Test(cuda_reduce, middle_axis_of_a_3d_tensor)
+{
+    tt_require_cuda();
+    tg_tape *cpu = tg_tape_create();
+    int64_t shape[3] = {tt_randint(2, 6), tt_randint(100, 3000), tt_randint(30, 70)};
+    for (int strided = 0; strided < 2; strided++) {
+        tg_tensor *x = random_leaf(cpu, TG_F32, 3, shape, strided);
+        check_reduce(1, x, 1, strided, strided ? "tg_mean middle axis strided" : "tg_mean middle axis");
+    }
+    tg_tape_free(cpu);
+}
+
+/* ---- determinism -------------------------------------------------------------------------------- */
+
+/* The bytes of f(x) (and of x's gradient from a fixed dy) for a CUDA twin of x. */
+static void run_on_gpu(tg_tensor *x, int axis, tg_tensor *dy, tg_tensor **y_host, tg_tensor **dx_host)
+{
+    tg_tape *cpu = x->tape, *gpu = tg_tape_create();
+    tg_tensor *xc = tt_cuda_twin(gpu, x, false);
+    tg_tensor *yc = axis == ALL ? tg_sum_all(gpu, xc) : tg_sum(gpu, xc, axis, false);
+    cr_assert(yc, "%s", tg_last_error());
+    cr_assert_eq(tg_backward_with_grad(gpu, yc, tt_cuda_twin(gpu, dy, false)), TG_OK, "%s", tg_last_error());
+    *y_host = host_copy(cpu, yc);
+    *dx_host = host_copy(cpu, xc->grad);
+    tg_tape_free(gpu);
+}
+
+static bool same_bytes(const tg_tensor *a, const tg_tensor *b)
+{
+    return memcmp(tg_data(a), tg_data(b), (size_t)tg_numel(a) * tg_dtype_size(a->dtype)) == 0;
+}
+
+Test(cuda_reduce, two_runs_give_the_same_bits)
+{
+    tt_require_cuda();
+    tg_tape *cpu = tg_tape_create();
+    const struct {
+        int64_t rows, cols;
+        int axis;
+    } cases[] = {{5, 1000003, ALL}, {3, 400009, 1}, {300007, 5, 0}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        tg_tensor *x = tt_leaf(cpu, TG_F32, 2, (int64_t[]){cases[c].rows, cases[c].cols});
+        int64_t n_out = cases[c].axis == ALL ? 1 : cases[c].axis == 0 ? cases[c].cols : cases[c].rows;
+        tg_tensor *dy = tt_randn(cpu, TG_F32, 1, &n_out);
+        tg_tensor *y[2], *dx[2];
+        for (int run = 0; run < 2; run++) run_on_gpu(x, cases[c].axis, dy, &y[run], &dx[run]);
+        cr_assert(same_bytes(y[0], y[1]), "case %zu: two forward runs differ (seed %llu)", c,
+                  (unsigned long long)tt_seed());
+        cr_assert(same_bytes(dx[0], dx[1]), "case %zu: two backward runs differ (seed %llu)", c,
+                  (unsigned long long)tt_seed());
+    }
+    tg_tape_free(cpu);
+}
+
+/* ---- empty sizes ---------------------------------------------------------------------------------- */
+
+Test(cuda_reduce, empty_axis_sums_to_zero_and_empty_results_are_fine)
+{
+    tt_require_cuda();
+    tg_tape *tape = tg_tape_create();
+    int64_t a = tt_randint(1, 4), b = tt_randint(1, 40);
+    tg_tensor *x = tg_empty(tape, TG_F32, TG_DEVICE_CUDA, 3, (int64_t[]){a, 0, b});
+    cr_assert(x && tg_set_requires_grad(x, true) == TG_OK, "%s", tg_last_error());
+    for (int keepdim = 0; keepdim < 2; keepdim++) {
+        tg_tensor *y = tg_sum(tape, x, 1, keepdim);
+        cr_assert(y && y->ndim == (keepdim ? 3 : 2) && tg_numel(y) == a * b, "%s", tg_last_error());
+        tg_tensor *h = host_copy(tape, y);
+        for (int64_t i = 0; i < a * b; i++) cr_assert_eq(tg_get_flat(h, i), 0.0, "element %lld", (long long)i);
+        cr_assert_eq(tg_backward(tape, tg_sum_all(tape, y)), TG_OK, "%s", tg_last_error());
+    }
+    tg_tensor *all = tg_sum_all(tape, x);
+    cr_assert(all && tg_numel(all) == 1, "%s", tg_last_error());
+    cr_assert_eq(tg_item(all), 0.0);
+    tg_tensor *y = tg_mean(tape, x, 2, false);
+    cr_assert(y && y->ndim == 2 && y->shape[0] == a && y->shape[1] == 0, "%s", tg_last_error());
+    tg_tape_free(tape);
+}
+
+/* The result stays on the device, and a CPU input still takes the CPU kernel. */
+Test(cuda_reduce, results_stay_on_their_device)
+{
+    tt_require_cuda();
+    tg_tape *tape = tg_tape_create();
+    tg_tensor *x = tt_randn(tape, TG_F32, 2, (int64_t[]){3, 4});
+    tg_tensor *xc = tt_cuda_twin(tape, x, false);
+    tg_tensor *y = tg_sum(tape, x, 0, false), *yc = tg_sum(tape, xc, 0, false);
+    cr_assert(y && yc, "%s", tg_last_error());
+    cr_assert_eq(y->device, TG_DEVICE_CPU);
+    assert_matches(tape, yc, y, 1e-6, "tg_sum");
+    tg_tape_free(tape);
+}

@@ -1,0 +1,197 @@
+/* Shape ops on CUDA against the CPU: slice, concat, split, reshape (the copying kind
+ * too), permute and transpose, in f32, bf16 and i32, contiguous and strided, with empty
+ * pieces and 100k+ elements; values and gradients must be equal (these ops only move
+ * elements). Skipped without a usable GPU. */
+#include "test_util.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+static tg_tensor *host_copy(tg_tape *tape, const tg_tensor *t)
+{
+    tg_tensor *h = tg_empty(tape, t->dtype, TG_DEVICE_CPU, t->ndim, t->shape);
+    cr_assert(h, "host_copy: %s", tg_last_error());
+    cr_assert_eq(tg_copy(h, t), TG_OK, "host_copy: %s", tg_last_error());
+    return h;
+}
+
+static void assert_equal(tg_tape *tape, const tg_tensor *cuda, const tg_tensor *cpu, const char *what)
+{
+    cr_assert(cuda && cpu, "%s: missing result: %s", what, tg_last_error());
+    cr_assert_eq(cuda->device, TG_DEVICE_CUDA, "%s: the result left the GPU", what);
+    cr_assert(cuda->dtype == cpu->dtype && tg_same_shape(cuda, cpu), "%s: dtype or shape differs", what);
+    tg_tensor *h = host_copy(tape, cuda);
+    for (int64_t i = 0; i < tg_numel(h); i++)
+        cr_assert(tg_get_flat(h, i) == tg_get_flat(cpu, i), "%s: element %lld: %g on CUDA, %g on the CPU (seed %llu)",
+                  what, (long long)i, tg_get_flat(h, i), tg_get_flat(cpu, i), (unsigned long long)tt_seed());
+}
+
+static tg_tensor *random_leaf(tg_tape *tape, tg_dtype dtype, int ndim, const int64_t *shape, bool strided)
+{
+    return strided ? tt_strided_leaf(tape, dtype, ndim, shape) : tt_leaf(tape, dtype, ndim, shape);
+}
+
+/* Backward from the same random dy on both tapes; the caller then compares gradients. */
+static void backward_both(tg_tape *cpu, tg_tensor *y, tg_tape *gpu, tg_tensor *yc, const char *what)
+{
+    tg_tensor *dy = tt_randn(cpu, y->dtype, y->ndim, y->shape);
+    cr_assert_eq(tg_backward_with_grad(cpu, y, dy), TG_OK, "%s: %s", what, tg_last_error());
+    cr_assert_eq(tg_backward_with_grad(gpu, yc, tt_cuda_twin(gpu, dy, false)), TG_OK, "%s: %s", what,
+                 tg_last_error());
+}
+
+static const tg_dtype float_dtypes[2] = {TG_F32, TG_BF16};
+
+/* ---- slice ---------------------------------------------------------------------------------- */
+
+Test(cuda_shape, slice_values_and_gradient_match_cpu)
+{
+    tt_require_cuda();
+    for (int round = 0; round < 12; round++) {
+        tg_tape *cpu = tg_tape_create(), *gpu = tg_tape_create();
+        int64_t shape[3] = {tt_randint(1, 5), tt_randint(1, 6), tt_randint(1, 40)};
+        tg_tensor *x = random_leaf(cpu, float_dtypes[round % 2], 3, shape, round % 4 >= 2);
+        tg_tensor *xc = tt_cuda_twin(gpu, x, !tg_is_contiguous(x));
+        int axis = (int)tt_randint(0, 2);
+        int64_t start = tt_randint(-shape[axis], shape[axis]), end = tt_randint(-shape[axis], shape[axis] + 2);
+        int64_t step = tt_randint(1, 3);
+        tg_tensor *y = tg_slice(cpu, x, axis, start, end, step), *yc = tg_slice(gpu, xc, axis, start, end, step);
+        char what[128];
+        snprintf(what, sizeof what, "tg_slice axis %d [%lld:%lld:%lld] %s", axis, (long long)start, (long long)end,
+                 (long long)step, tg_dtype_name(x->dtype));
+        assert_equal(gpu, yc, y, what);
+        backward_both(cpu, y, gpu, yc, what);
+        assert_equal(gpu, xc->grad, x->grad, what);
+        tg_tape_free(gpu);
+        tg_tape_free(cpu);
+    }
+}
+
+/* ---- concat and split ------------------------------------------------------------------------ */
+
+Test(cuda_shape, concat_values_and_gradients_match_cpu)
+{
+    tt_require_cuda();
+    for (int round = 0; round < 10; round++) {
+        tg_tape *cpu = tg_tape_create(), *gpu = tg_tape_create();
+        int n = (int)tt_randint(1, 4), axis = (int)tt_randint(0, 2);
+        int64_t shape[3] = {tt_randint(1, 4), tt_randint(1, 5), tt_randint(1, 33)};
+        tg_dtype dtype = float_dtypes[round % 2];
+        tg_tensor *xs[4], *xcs[4];
+        for (int i = 0; i < n; i++) {
+            int64_t piece[3] = {shape[0], shape[1], shape[2]};
+            piece[axis] = i == 1 ? 0 : tt_randint(1, 6); /* the second piece, if any, is empty */
+            xs[i] = random_leaf(cpu, dtype, 3, piece, i % 2 == 0 && piece[axis] > 0);
+            xcs[i] = tt_cuda_twin(gpu, xs[i], !tg_is_contiguous(xs[i]));
+        }
+        tg_tensor *y = tg_concat(cpu, xs, n, axis), *yc = tg_concat(gpu, xcs, n, axis);
+        char what[96];
+        snprintf(what, sizeof what, "tg_concat of %d along %d, %s", n, axis, tg_dtype_name(dtype));
+        assert_equal(gpu, yc, y, what);
+        backward_both(cpu, y, gpu, yc, what);
+        for (int i = 0; i < n; i++) assert_equal(gpu, xcs[i]->grad, xs[i]->grad, what);
+        tg_tape_free(gpu);
+        tg_tape_free(cpu);
+    }
+}
+
+/* Split into pieces, join them again in reverse order: gradients go back through both. */
+Test(cuda_shape, split_then_concat_match_cpu)
+{
+    tt_require_cuda();
+    for (int strided = 0; strided < 2; strided++) {
+        tg_tape *cpu = tg_tape_create(), *gpu = tg_tape_create();
+        int64_t shape[2] = {tt_randint(1, 6), tt_randint(3, 50)};
+        tg_tensor *x = random_leaf(cpu, TG_F32, 2, shape, strided);
+        tg_tensor *xc = tt_cuda_twin(gpu, x, strided);
+        int64_t sizes[3] = {1, shape[1] - 2, 1};
+        tg_tensor *pieces[3], *pieces_c[3];
+        cr_assert_eq(tg_split(cpu, x, -1, 3, sizes, pieces), TG_OK, "%s", tg_last_error());
+        cr_assert_eq(tg_split(gpu, xc, -1, 3, sizes, pieces_c), TG_OK, "%s", tg_last_error());
+        tg_tensor *reversed[3] = {pieces[2], pieces[1], pieces[0]};
+        tg_tensor *reversed_c[3] = {pieces_c[2], pieces_c[1], pieces_c[0]};
+        tg_tensor *y = tg_concat(cpu, reversed, 3, 1), *yc = tg_concat(gpu, reversed_c, 3, 1);
+        assert_equal(gpu, yc, y, "split, concat");
+        backward_both(cpu, y, gpu, yc, "split, concat");
+        assert_equal(gpu, xc->grad, x->grad, "split, concat: dx");
+        tg_tape_free(gpu);
+        tg_tape_free(cpu);
+    }
+}
+
+Test(cuda_shape, i32_tensors_move_on_the_device)
+{
+    tt_require_cuda();
+    tg_tape *cpu = tg_tape_create(), *gpu = tg_tape_create();
+    tg_tensor *a = tt_ids(cpu, 2, (int64_t[]){3, 7}, 1000), *b = tt_ids(cpu, 2, (int64_t[]){2, 7}, 1000);
+    tg_tensor *ac = tt_cuda_twin(gpu, a, false), *bc = tt_cuda_twin(gpu, b, false);
+    tg_tensor *ab[2] = {a, b}, *abc[2] = {ac, bc};
+    assert_equal(gpu, tg_concat(gpu, abc, 2, 0), tg_concat(cpu, ab, 2, 0), "i32 concat");
+    tg_tensor *t = tg_transpose(cpu, a, 0, 1), *tc = tg_transpose(gpu, ac, 0, 1);
+    assert_equal(gpu, tg_reshape(gpu, tc, 1, (int64_t[]){-1}), tg_reshape(cpu, t, 1, (int64_t[]){-1}),
+                 "i32 reshape of a transpose");
+    tg_tape_free(gpu);
+    tg_tape_free(cpu);
+}
+
+/* ---- reshape, permute, transpose ---------------------------------------------------------------- */
+
+Test(cuda_shape, reshape_permute_transpose_match_cpu)
+{
+    tt_require_cuda();
+    for (int round = 0; round < 8; round++) {
+        tg_tape *cpu = tg_tape_create(), *gpu = tg_tape_create();
+        int64_t shape[3] = {tt_randint(1, 4), tt_randint(1, 5), tt_randint(1, 6)};
+        tg_tensor *x = random_leaf(cpu, float_dtypes[round % 2], 3, shape, round % 4 >= 2);
+        tg_tensor *xc = tt_cuda_twin(gpu, x, !tg_is_contiguous(x));
+        int perm[3] = {2, 0, 1};
+        /* permute (a view), then reshape of the non-contiguous result (a copy), then transpose */
+        tg_tensor *y = tg_transpose(cpu, tg_reshape(cpu, tg_permute(cpu, x, perm), 2, (int64_t[]){shape[2], -1}), 0, 1);
+        tg_tensor *yc =
+            tg_transpose(gpu, tg_reshape(gpu, tg_permute(gpu, xc, perm), 2, (int64_t[]){shape[2], -1}), 0, 1);
+        assert_equal(gpu, yc, y, "permute, reshape, transpose");
+        backward_both(cpu, y, gpu, yc, "permute, reshape, transpose");
+        assert_equal(gpu, xc->grad, x->grad, "permute, reshape, transpose: dx");
+        tg_tape_free(gpu);
+        tg_tape_free(cpu);
+    }
+}
+
+/* ---- large ------------------------------------------------------------------------------------ */
+
+Test(cuda_shape, large_concat_and_slice)
+{
+    tt_require_cuda();
+    tg_tape *cpu = tg_tape_create(), *gpu = tg_tape_create();
+    int64_t rows = tt_randint(300, 400);
+    tg_tensor *a = tt_leaf(cpu, TG_F32, 2, (int64_t[]){rows, 331});
+    tg_tensor *b = tt_strided_leaf(cpu, TG_F32, 2, (int64_t[]){rows, 97});
+    tg_tensor *ac = tt_cuda_twin(gpu, a, false), *bc = tt_cuda_twin(gpu, b, true);
+    tg_tensor *ab[2] = {a, b}, *abc[2] = {ac, bc};
+    tg_tensor *y = tg_slice(cpu, tg_concat(cpu, ab, 2, 1), 1, 5, -3, 2);
+    tg_tensor *yc = tg_slice(gpu, tg_concat(gpu, abc, 2, 1), 1, 5, -3, 2);
+    assert_equal(gpu, yc, y, "large concat, slice");
+    backward_both(cpu, y, gpu, yc, "large concat, slice");
+    assert_equal(gpu, ac->grad, a->grad, "large: da");
+    assert_equal(gpu, bc->grad, b->grad, "large: db");
+    tg_tape_free(gpu);
+    tg_tape_free(cpu);
+}
+
+/* ---- errors -------------------------------------------------------------------------------------- */
+
+Test(cuda_shape, cpu_and_cuda_pieces_together_fail_cleanly)
+{
+    tt_require_cuda();
+    tg_tape *tape = tg_tape_create();
+    tg_tensor *a = tt_leaf(tape, TG_F32, 2, (int64_t[]){2, 3});
+    tg_tensor *b = tt_cuda_twin(tape, a, false);
+    tg_tensor *ab[2] = {a, b}, *ba[2] = {b, a};
+    tt_state s = tt_snapshot(tape);
+    tt_assert_failed_with(&s, tg_concat(tape, ab, 2, 0), "tg_concat", "device", "cpu", "cuda", NULL);
+    tt_assert_failed_with(&s, tg_concat(tape, ba, 2, 1), "tg_concat", "device", "cpu", "cuda", NULL);
+    for (int64_t i = 0; i < 6; i++) cr_assert_eq(tg_get_flat(a->grad, i), 0.0);
+    tg_tape_free(tape);
+}
