@@ -31,4 +31,11 @@ tg_status tg_cpu_causal_conv1d_bwd(const tg_conv1d_args *args, const tg_tensor *
                                    const tg_tensor *dfinal_states, tg_tensor *dx, tg_tensor *dweight,
                                    tg_tensor *dbias, tg_tensor *dinitial_states);
 
+#ifdef TG_HAVE_CUDA
+tg_status tg_cuda_causal_conv1d_fwd(const tg_conv1d_args *args, tg_tensor *out, tg_tensor *final_states);
+tg_status tg_cuda_causal_conv1d_bwd(const tg_conv1d_args *args, const tg_tensor *dout,
+                                    const tg_tensor *dfinal_states, tg_tensor *dx, tg_tensor *dweight,
+                                    tg_tensor *dbias, tg_tensor *dinitial_states);
+#endif
+
 #endif
