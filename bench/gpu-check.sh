@@ -3,15 +3,16 @@
 #
 #   source .device-debs/env.sh && bash bench/gpu-check.sh [--bench-only] [--no-peers]
 #
-# Run it from the repository root (.device-debs comes from ../shared/tools/device-debs.sh and
-# supplies Criterion and OpenBLAS). Steps, in order; each runs even when an earlier one failed
-# (a step whose program was not built is "skipped"):
+# Run it from the repository root. Criterion and OpenBLAS must be findable: installed
+# (scripts/deps.sh), or unpacked into a private prefix whose env.sh, sourced first, points
+# pkg-config, the compiler and the loader at it. Steps, in order; each runs even when an
+# earlier one failed (a step whose program was not built is "skipped"):
 #   nvidia-smi               the card and its clocks as found (nothing is changed)
 #   configure, build         Release, CUDA on, sm_90, in ./build
 #   ctest                    the whole suite, -j8, except install_pkgconfig (CTEST_EXCLUDE, a ctest
-#                            -E regex; set it empty to run everything): with .device-debs, pkg-config
-#                            runs under PKG_CONFIG_SYSROOT_DIR, which also prefixes the freshly
-#                            installed tapegrad.pc's paths, so that packaging test cannot pass there
+#                            -E regex; set it empty to run everything): with a private prefix
+#                            announced through PKG_CONFIG_SYSROOT_DIR, pkg-config also prefixes the
+#                            freshly installed tapegrad.pc's paths, so that packaging test fails
 #   memcheck-test_cuda_conv1d, racecheck-test_cuda_conv1d
 #                            compute-sanitizer on the CUDA conv1d tests (--jobs 1)
 #   memcheck-test_cuda_*     compute-sanitizer memcheck on every other CUDA test binary
@@ -21,9 +22,9 @@
 # change when tapegrad's kernels do: run them once per machine and software version).
 #
 # Output goes to $OUT (./gpu-out when OUT is unset): logs/<step>.log for each step, the two
-# CSV files and summary.txt. When OUT was given (the device tool brings back at most 8 files)
-# the logs are packed into logs.tar.gz instead. The summary (each step's status and time,
-# and per benchmark row tapegrad's times next to the peers') is printed last.
+# CSV files and summary.txt. When OUT was given, the logs are packed into logs.tar.gz instead
+# (a handful of files to copy back rather than one per step). The summary (each step's status
+# and time, and per benchmark row tapegrad's times next to the peers') is printed last.
 #
 # Time: every step has a limit, and the tests and sanitizers only get what is left after
 # keeping BENCH_RESERVE + PEERS_RESERVE seconds for the two benchmarks, so the script ends
