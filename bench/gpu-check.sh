@@ -1,0 +1,235 @@
+#!/usr/bin/env bash
+# bench/gpu-check.sh: build, test, sanitize and benchmark tapegrad on a GPU machine in one call.
+#
+#   source .device-debs/env.sh && bash bench/gpu-check.sh [--bench-only] [--no-peers]
+#
+# Run it from the repository root. Criterion and OpenBLAS must be findable: installed
+# (scripts/deps.sh), or unpacked into a private prefix whose env.sh, sourced first, points
+# pkg-config, the compiler and the loader at it. Steps, in order; each runs even when an
+# earlier one failed (a step whose program was not built is "skipped"):
+#   nvidia-smi               the card and its clocks as found (nothing is changed)
+#   configure, build         Release, CUDA on, sm_90, in ./build
+#   ctest                    the whole suite, -j8, except install_pkgconfig (CTEST_EXCLUDE, a ctest
+#                            -E regex; set it empty to run everything): with a private prefix
+#                            announced through PKG_CONFIG_SYSROOT_DIR, pkg-config also prefixes the
+#                            freshly installed tapegrad.pc's paths, so that packaging test fails
+#   memcheck-test_cuda_conv1d, racecheck-test_cuda_conv1d
+#                            compute-sanitizer on the CUDA conv1d tests (--jobs 1)
+#   memcheck-test_cuda_*     compute-sanitizer memcheck on every other CUDA test binary
+#   bench                    build/bench/conv1d_bench --csv $OUT/tapegrad.csv
+#   peers                    python3 bench/peers.py --csv $OUT/peers.csv
+# --bench-only skips ctest and the sanitizers; --no-peers skips the peers (their times do not
+# change when tapegrad's kernels do: run them once per machine and software version).
+#
+# Output goes to $OUT (./gpu-out when OUT is unset): logs/<step>.log for each step, the two
+# CSV files and summary.txt. When OUT was given, the logs are packed into logs.tar.gz instead
+# (a handful of files to copy back rather than one per step). The summary (each step's status
+# and time, and per benchmark row tapegrad's times next to the peers') is printed last.
+#
+# Time: every step has a limit, and the tests and sanitizers only get what is left after
+# keeping BENCH_RESERVE + PEERS_RESERVE seconds for the two benchmarks, so the script ends
+# within GPU_CHECK_SECONDS (default 480). The sanitizers run the whole conv1d test binary; to
+# sanitize part of it, set SANITIZE_FILTER to a Criterion --filter pattern (e.g. '*/fwd_*').
+set -u
+cd "$(dirname "$0")/.." || exit 2
+
+bench_only=0
+peers=1
+for arg in "$@"; do
+    case $arg in
+    --bench-only) bench_only=1 ;;
+    --no-peers) peers=0 ;;
+    *) echo "usage: bash bench/gpu-check.sh [--bench-only] [--no-peers]" >&2; exit 2 ;;
+    esac
+done
+
+pack_logs=0
+[ -n "${OUT:-}" ] && pack_logs=1
+OUT=${OUT:-./gpu-out}
+OUT=$(mkdir -p "$OUT" && cd "$OUT" && pwd)
+LOGS=$OUT/logs
+rm -rf "$LOGS" "$OUT/logs.tar.gz"
+mkdir -p "$LOGS"
+
+BUDGET=${GPU_CHECK_SECONDS:-480}
+BENCH_RESERVE=${BENCH_RESERVE:-90}
+PEERS_RESERVE=${PEERS_RESERVE:-180}
+[ "$peers" = 0 ] && PEERS_RESERVE=0
+CTEST_EXCLUDE=${CTEST_EXCLUDE-install_pkgconfig}
+SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+SECONDS=0
+
+step_names=()
+step_results=()
+step_seconds=()
+
+finish() {
+    if [ "$pack_logs" = 1 ] && [ -d "$LOGS" ]; then
+        tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$LOGS"
+    fi
+}
+trap finish EXIT
+trap 'echo "gpu-check: interrupted" >&2; exit 143' TERM INT
+
+# The seconds a step may take: its own cap, but never eating into what later steps reserve.
+limit_for() { # limit_for CAP RESERVE
+    local left=$((BUDGET - SECONDS - $2))
+    echo $(($1 < left ? $1 : left))
+}
+
+record() { # record NAME RESULT SECONDS
+    step_names+=("$1")
+    step_results+=("$2")
+    step_seconds+=("$3")
+    printf '[%4ds] %-32s %s (%ds)\n' "$SECONDS" "$1" "$2" "$3"
+}
+
+# run_step NAME LIMIT COMMAND...: runs the command under the limit, output in logs/NAME.log.
+run_step() {
+    local name=$1 limit=$2
+    shift 2
+    local log=$LOGS/$name.log start=$SECONDS rc result
+    if [ "$limit" -lt 5 ]; then
+        echo "skipped: no time left in the ${BUDGET}s budget" >"$log"
+        record "$name" "skipped (no time left)" 0
+        return
+    fi
+    printf '$ %s\n(limit %ss)\n' "$*" "$limit" >"$log"
+    timeout --kill-after=10 "$limit" "$@" >>"$log" 2>&1
+    rc=$?
+    case $rc in
+    0) result=pass ;;
+    124 | 137) result="TIMEOUT (${limit}s)" ;;
+    *) result="FAIL (exit $rc)" ;;
+    esac
+    echo "(exit $rc after $((SECONDS - start))s)" >>"$log"
+    record "$name" "$result" $((SECONDS - start))
+}
+
+skip_step() { # skip_step NAME WHY
+    echo "skipped: $2" >"$LOGS/$1.log"
+    record "$1" "skipped ($2)" 0
+}
+
+echo "gpu-check: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)," \
+    "budget ${BUDGET}s, output in $OUT"
+
+# ---- the machine, the build ------------------------------------------------------------------
+run_step nvidia-smi 30 bash -c 'nvidia-smi && nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu,power.draw --format=csv'
+# Everything after needs the build, so it keeps no reserve.
+run_step configure "$(limit_for 120 0)" \
+    cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DTG_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
+run_step build "$(limit_for 360 0)" cmake --build build -j16
+reserve=$((BENCH_RESERVE + PEERS_RESERVE))
+
+# ---- tests and sanitizers ------------------------------------------------------------------------
+sanitize() { # sanitize TOOL BINARY: one compute-sanitizer step
+    local tool=$1 binary=$2 filter=()
+    [ -n "${SANITIZE_FILTER:-}" ] && [ "$(basename "$binary")" = test_cuda_conv1d ] && filter=(--filter "$SANITIZE_FILTER")
+    run_step "$tool-$(basename "$binary")" "$(limit_for 120 "$reserve")" \
+        "$SANITIZER" --tool "$tool" --error-exitcode 1 --print-limit 20 "$binary" --jobs 1 "${filter[@]}"
+}
+
+cuda_tests=()
+for binary in build/tests/test_cuda_*; do
+    [ -x "$binary" ] && cuda_tests+=("$binary")
+done
+if [ "$bench_only" = 1 ]; then
+    skip_step ctest --bench-only
+    skip_step sanitizers --bench-only
+elif [ ! -f build/CTestTestfile.cmake ]; then
+    skip_step ctest "not configured"
+    skip_step sanitizers "not configured"
+else
+    run_step ctest "$(limit_for 240 "$reserve")" ctest --test-dir build --output-on-failure --no-tests=error -j8 \
+        ${CTEST_EXCLUDE:+-E "$CTEST_EXCLUDE"}
+    if [ -x build/tests/test_cuda_conv1d ]; then
+        sanitize memcheck build/tests/test_cuda_conv1d
+        sanitize racecheck build/tests/test_cuda_conv1d
+    else
+        skip_step sanitize-test_cuda_conv1d "build/tests/test_cuda_conv1d not built"
+    fi
+    for binary in "${cuda_tests[@]}"; do
+        [ "$(basename "$binary")" = test_cuda_conv1d ] || sanitize memcheck "$binary"
+    done
+    [ ${#cuda_tests[@]} -eq 0 ] && skip_step memcheck-test_cuda "no test_cuda_* binary built"
+fi
+
+# ---- benchmarks ---------------------------------------------------------------------------------------
+rm -f "$OUT/tapegrad.csv" "$OUT/peers.csv"
+if [ -x build/bench/conv1d_bench ]; then
+    run_step bench "$(limit_for 240 "$PEERS_RESERVE")" build/bench/conv1d_bench --csv "$OUT/tapegrad.csv"
+else
+    skip_step bench "build/bench/conv1d_bench not built"
+fi
+if [ "$peers" = 1 ]; then
+    peers_limit=$(limit_for 600 0)
+    run_step peers "$peers_limit" env PYTHONUNBUFFERED=1 python3 bench/peers.py --csv "$OUT/peers.csv" \
+        --max-seconds $((peers_limit > 60 ? peers_limit - 45 : peers_limit / 2))
+else
+    skip_step peers --no-peers
+fi
+
+# ---- summary -----------------------------------------------------------------------------------------
+{
+    for i in "${!step_names[@]}"; do
+        case ${step_results[$i]} in
+        pass | skipped*) ;;
+        *)
+            echo "---- ${step_names[$i]}: ${step_results[$i]}; the end of logs/${step_names[$i]}.log:"
+            tail -n 15 "$LOGS/${step_names[$i]}.log"
+            ;;
+        esac
+    done
+    echo
+    python3 - "$OUT/tapegrad.csv" "$OUT/peers.csv" <<'PY'
+import csv, os, sys
+
+def read(path):
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+def num(row, key):
+    try:
+        value = float(row[key])
+        return "-" if value != value else f"{value:.0f}" if value >= 100 else f"{value:.1f}"
+    except (KeyError, TypeError, ValueError):
+        return "-"
+
+ours, peers = read(sys.argv[1]), read(sys.argv[2])
+by_key = {(p["peer"], p["B"], p["C"], p["L"], p["dtype"], p["layout"], p["K"]): p for p in peers}
+if not ours:
+    print("no tapegrad benchmark rows")
+    sys.exit(0)
+print("benchmark (median us; % of the measured copy bandwidth for the floor's bytes)")
+print(f"{'B x C x L':<14} {'dt':<4} {'ly':<2} {'K':>1} | {'tg fwd':>7} {'%':>3} {'tg f+b':>7} {'%':>3} "
+      f"| {'comp fwd':>8} {'comp f+b':>8} | {'cudnn fwd':>9} {'cudnn f+b':>9} | {'clone':>6} {'ok':>3}")
+for r in ours:
+    key = (r["B"], r["C"], r["L"], r["dtype"], r["layout"])
+    compiled = by_key.get(("compiled" if r["layout"] == "cf" else "compiled-cl",) + key + (r["K"],), {})
+    cudnn = by_key.get(("cudnn",) + key + (r["K"],), {})
+    clone = by_key.get(("clone",) + key + ("0",), {})
+    pct = lambda k: num(r, k).split(".")[0]
+    ok = "ok" if r["status"] == "ok" else "NO"
+    print(f"{r['B'] + 'x' + r['C'] + 'x' + r['L']:<14} {r['dtype']:<4} {r['layout']:<2} {r['K']:>1} | "
+          f"{num(r, 'fwd_us'):>7} {pct('fwd_pct_copy'):>3} {num(r, 'fwdbwd_us'):>7} {pct('fwdbwd_pct_copy'):>3} | "
+          f"{num(compiled, 'fwd_us'):>8} {num(compiled, 'fwdbwd_us'):>8} | "
+          f"{num(cudnn, 'fwd_us'):>9} {num(cudnn, 'fwdbwd_us'):>9} | {num(clone, 'fwd_us'):>6} {ok:>3}")
+copy = ours[0].get("copy_GBps", "")
+peer_copy = peers[0].get("copy_GBps", "") if peers else ""
+print(f"copy bandwidth: tapegrad run {copy} GB/s, peers run {peer_copy} GB/s")
+PY
+    echo
+    echo "steps (total ${SECONDS}s of ${BUDGET}s):"
+    for i in "${!step_names[@]}"; do
+        printf '  %-32s %5ss  %s\n' "${step_names[$i]}" "${step_seconds[$i]}" "${step_results[$i]}"
+    done
+} | tee "$OUT/summary.txt"
+
+failed=0
+for result in "${step_results[@]}"; do
+    case $result in pass | skipped*) ;; *) failed=1 ;; esac
+done
+exit $failed
