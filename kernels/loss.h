@@ -6,6 +6,10 @@
 
 #include "core/internal.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Reads every target in row-major order: *n_valid counts those not equal to
  * ignore_index; the first one outside [0, classes) stops the scan with its flat index
  * in *bad_index and its value in *bad_value (*bad_index is −1 when all are fine). */
@@ -27,5 +31,18 @@ tg_status tg_cpu_cross_entropy_fwd(const tg_tensor *logits, const tg_tensor *tar
                                    int64_t n_valid, tg_tensor *loss);
 tg_status tg_cpu_cross_entropy_bwd(const tg_tensor *logits, const tg_tensor *targets, int32_t ignore_index,
                                    int64_t n_valid, const tg_tensor *dloss, tg_tensor *dlogits);
+
+/* The same on CUDA tensors (kernels/cuda/loss.cu). The check copies its two results to
+ * the host, so it waits for the queued work. */
+tg_status tg_cuda_cross_entropy_check(const tg_tensor *targets, int32_t ignore_index, int64_t classes,
+                                      int64_t *n_valid, int64_t *bad_index, int32_t *bad_value);
+tg_status tg_cuda_cross_entropy_fwd(const tg_tensor *logits, const tg_tensor *targets, int32_t ignore_index,
+                                    int64_t n_valid, tg_tensor *loss);
+tg_status tg_cuda_cross_entropy_bwd(const tg_tensor *logits, const tg_tensor *targets, int32_t ignore_index,
+                                    int64_t n_valid, const tg_tensor *dloss, tg_tensor *dlogits);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -5,6 +5,10 @@
 
 #include "core/internal.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* y = x · r · weight per row, with r = 1 / sqrt(mean(x²) + eps); y is contiguous. */
 typedef tg_status (*tg_rmsnorm_fwd_kernel)(const tg_tensor *x, const tg_tensor *weight, double eps, tg_tensor *y);
 /* Given dy (any layout), writes dx (contiguous, x's shape) and dw (contiguous, (D)); either
@@ -15,5 +19,15 @@ typedef tg_status (*tg_rmsnorm_bwd_kernel)(const tg_tensor *x, const tg_tensor *
 tg_status tg_cpu_rmsnorm_fwd(const tg_tensor *x, const tg_tensor *weight, double eps, tg_tensor *y);
 tg_status tg_cpu_rmsnorm_bwd(const tg_tensor *x, const tg_tensor *weight, double eps, const tg_tensor *dy,
                              tg_tensor *dx, tg_tensor *dw);
+
+/* The same on CUDA tensors (kernels/cuda/norm.cu); dw is summed in another fixed order
+ * (per-block partial sums, then the blocks in order), reproducible from run to run. */
+tg_status tg_cuda_rmsnorm_fwd(const tg_tensor *x, const tg_tensor *weight, double eps, tg_tensor *y);
+tg_status tg_cuda_rmsnorm_bwd(const tg_tensor *x, const tg_tensor *weight, double eps, const tg_tensor *dy,
+                              tg_tensor *dx, tg_tensor *dw);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

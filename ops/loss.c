@@ -10,9 +10,11 @@
 #include "kernels/loss.h"
 
 static const tg_cross_entropy_check_kernel ce_check[TG_DEVICE_COUNT] =
-    TG_KERNELS(tg_cpu_cross_entropy_check, NULL);
-static const tg_cross_entropy_fwd_kernel ce_fwd[TG_DEVICE_COUNT] = TG_KERNELS(tg_cpu_cross_entropy_fwd, NULL);
-static const tg_cross_entropy_bwd_kernel ce_bwd[TG_DEVICE_COUNT] = TG_KERNELS(tg_cpu_cross_entropy_bwd, NULL);
+    TG_KERNELS(tg_cpu_cross_entropy_check, TG_CUDA_KERNEL(tg_cuda_cross_entropy_check));
+static const tg_cross_entropy_fwd_kernel ce_fwd[TG_DEVICE_COUNT] =
+    TG_KERNELS(tg_cpu_cross_entropy_fwd, TG_CUDA_KERNEL(tg_cuda_cross_entropy_fwd));
+static const tg_cross_entropy_bwd_kernel ce_bwd[TG_DEVICE_COUNT] =
+    TG_KERNELS(tg_cpu_cross_entropy_bwd, TG_CUDA_KERNEL(tg_cuda_cross_entropy_bwd));
 
 typedef struct {
     int32_t ignore_index;

@@ -21,7 +21,7 @@
 #include <limits.h>
 #include <string.h>
 
-static const tg_matmul_kernel matmul_fwd[TG_DEVICE_COUNT] = TG_KERNELS(tg_cpu_matmul, NULL);
+static const tg_matmul_kernel matmul_fwd[TG_DEVICE_COUNT] = TG_KERNELS(tg_cpu_matmul, TG_CUDA_KERNEL(tg_cuda_matmul));
 
 typedef struct {
     bool transpose_a;

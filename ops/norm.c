@@ -16,8 +16,10 @@
 
 #include <math.h>
 
-static const tg_rmsnorm_fwd_kernel rmsnorm_fwd[TG_DEVICE_COUNT] = TG_KERNELS(tg_cpu_rmsnorm_fwd, NULL);
-static const tg_rmsnorm_bwd_kernel rmsnorm_bwd[TG_DEVICE_COUNT] = TG_KERNELS(tg_cpu_rmsnorm_bwd, NULL);
+static const tg_rmsnorm_fwd_kernel rmsnorm_fwd[TG_DEVICE_COUNT] =
+    TG_KERNELS(tg_cpu_rmsnorm_fwd, TG_CUDA_KERNEL(tg_cuda_rmsnorm_fwd));
+static const tg_rmsnorm_bwd_kernel rmsnorm_bwd[TG_DEVICE_COUNT] =
+    TG_KERNELS(tg_cpu_rmsnorm_bwd, TG_CUDA_KERNEL(tg_cuda_rmsnorm_bwd));
 
 typedef struct {
     double eps;

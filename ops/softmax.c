@@ -10,8 +10,10 @@
  *                with softmax(x) = exp(out). */
 #include "kernels/softmax.h"
 
-static const tg_softmax_fwd_kernel softmax_fwd[TG_DEVICE_COUNT] = TG_KERNELS(tg_cpu_softmax_fwd, NULL);
-static const tg_softmax_bwd_kernel softmax_bwd[TG_DEVICE_COUNT] = TG_KERNELS(tg_cpu_softmax_bwd, NULL);
+static const tg_softmax_fwd_kernel softmax_fwd[TG_DEVICE_COUNT] =
+    TG_KERNELS(tg_cpu_softmax_fwd, TG_CUDA_KERNEL(tg_cuda_softmax_fwd));
+static const tg_softmax_bwd_kernel softmax_bwd[TG_DEVICE_COUNT] =
+    TG_KERNELS(tg_cpu_softmax_bwd, TG_CUDA_KERNEL(tg_cuda_softmax_bwd));
 
 typedef struct {
     bool log;

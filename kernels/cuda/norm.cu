@@ -1,0 +1,136 @@
+// kernels/cuda/norm.cu: RMS normalisation on the GPU, one block per row (a row is x's
+// last dimension; any strides). Row statistics are block reductions in float (double
+// for f64). The weight gradient is summed without atomics: each block adds its rows'
+// terms into its own row of a partial-sum matrix, in the order it meets them, and a
+// second kernel adds the blocks' partial sums column by column in block order, so two
+// runs on one device give the same bits.
+#include "kernels/cuda/rows.cuh"
+#include "kernels/norm.h"
+
+// r = 1 / sqrt(mean(x²) + eps) over the row of n elements starting at `start`.
+template <typename Acc>
+__device__ Acc inverse_rms(const tg_cuda_view &x, int64_t start, int64_t n, Acc eps, Acc *shared)
+{
+    int64_t step = row_step(x);
+    Acc sum_sq = 0;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+        Acc v = row_load<Acc>(x, start + j * step);
+        sum_sq += v * v;
+    }
+    return (Acc)1 / acc_sqrt(block_sum(sum_sq, shared) / (Acc)n + eps);
+}
+
+// y = x · r · w, row by row.
+template <typename Acc>
+__global__ void rmsnorm_fwd_kernel(tg_cuda_view x, tg_cuda_view w, tg_cuda_view y, int64_t rows, Acc eps)
+{
+    __shared__ Acc shared[33];
+    int64_t n = x.shape[x.ndim - 1], xs = row_step(x), ws = w.strides[0], ys = row_step(y);
+    for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+        int64_t xo = row_start(x, row), yo = row_start(y, row);
+        Acc r = inverse_rms(x, xo, n, eps, shared);
+        for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+            row_store(y, yo + j * ys, row_load<Acc>(x, xo + j * xs) * r * row_load<Acc>(w, j * ws));
+    }
+}
+
+// Per row, with g = dy·w: dx = r·(g − x·r²·mean(g·x)) when want_dx, and, when dw_partial
+// is given, dw_partial[block][j] += dy_j·x_j·r. Each column j of a block's partial row is
+// only ever touched by thread j mod blockDim.x of that block, so no two threads race.
+// dx removes g's component along x; where g lies almost along x (always, for rows of one
+// element, where dx = r·g·eps/(x² + eps)) the result is a small difference of float terms
+// and keeps fewer correct digits than the CPU's double, about 1e-7·x²/eps relative.
+template <typename Acc>
+__global__ void rmsnorm_bwd_kernel(tg_cuda_view x, tg_cuda_view w, tg_cuda_view dy, tg_cuda_view dx, bool want_dx,
+                                   double *dw_partial, int64_t rows, Acc eps)
+{
+    __shared__ Acc shared[33];
+    int64_t n = x.shape[x.ndim - 1], xs = row_step(x), ws = w.strides[0], gs = row_step(dy), dxs = row_step(dx);
+    double *dw_row = dw_partial ? dw_partial + (int64_t)blockIdx.x * n : nullptr;
+    for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+        int64_t xo = row_start(x, row), go = row_start(dy, row);
+        Acc r = inverse_rms(x, xo, n, eps, shared);
+        Acc sum_gx = 0;
+        for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+            Acc xv = row_load<Acc>(x, xo + j * xs), dyv = row_load<Acc>(dy, go + j * gs);
+            sum_gx += dyv * row_load<Acc>(w, j * ws) * xv;
+            if (dw_row) dw_row[j] += (double)(dyv * xv * r);
+        }
+        if (!want_dx) continue; // the same for the whole block: no thread skips a barrier alone
+        Acc c = r * r * block_sum(sum_gx, shared) / (Acc)n;
+        int64_t dxo = row_start(dx, row);
+        for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+            Acc g = row_load<Acc>(dy, go + j * gs) * row_load<Acc>(w, j * ws);
+            row_store(dx, dxo + j * dxs, r * (g - row_load<Acc>(x, xo + j * xs) * c));
+        }
+    }
+}
+
+// out[j] = Σ_b partial[b][j] over the n_parts partial rows, in block order.
+__global__ void sum_partials_kernel(const double *partial, int64_t n_parts, int64_t n, tg_cuda_view out)
+{
+    for (int64_t j = tg_global_index(); j < n; j += tg_global_stride()) {
+        double sum = 0;
+        for (int64_t b = 0; b < n_parts; b++) sum += partial[b * n + j];
+        tg_store_any(out, j * out.strides[0], sum);
+    }
+}
+
+static int64_t row_count(const tg_tensor *x)
+{
+    int64_t n = x->shape[x->ndim - 1];
+    return n > 0 ? tg_numel(x) / n : 0;
+}
+
+extern "C" tg_status tg_cuda_rmsnorm_fwd(const tg_tensor *x, const tg_tensor *weight, double eps, tg_tensor *y)
+{
+    int64_t rows = row_count(x);
+    if (rows == 0) return TG_OK;
+    unsigned threads = row_threads(x->shape[x->ndim - 1]), blocks = row_blocks(rows);
+    if (x->dtype == TG_F64)
+        rmsnorm_fwd_kernel<double><<<blocks, threads>>>(tg_view_of(x), tg_view_of(weight), tg_view_of(y), rows, eps);
+    else
+        rmsnorm_fwd_kernel<float>
+            <<<blocks, threads>>>(tg_view_of(x), tg_view_of(weight), tg_view_of(y), rows, (float)eps);
+    return tg_cuda_check_launch("tg_rmsnorm");
+}
+
+extern "C" tg_status tg_cuda_rmsnorm_bwd(const tg_tensor *x, const tg_tensor *weight, double eps, const tg_tensor *dy,
+                                         tg_tensor *dx, tg_tensor *dw)
+{
+    int64_t rows = row_count(x), n = x->shape[x->ndim - 1];
+    if (rows == 0) return dw ? tg_cuda_fill(dw, 0.0) : TG_OK; // a sum over no rows
+    unsigned threads = row_threads(n), blocks = row_blocks(rows);
+    double *partial = NULL;
+    size_t partial_bytes = 0;
+    if (dw) {
+        // Few blocks, each looping over many rows, keep the partial matrix small. Its
+        // height depends only on the row count and the device, so the order of the sums
+        // is the same from run to run.
+        int64_t cap = 2 * (int64_t)tg_cuda_multiprocessors(), count, bytes;
+        if (blocks > cap) blocks = (unsigned)cap;
+        if (tg_mul_overflows((int64_t)blocks, n, &count) || tg_mul_overflows(count, (int64_t)sizeof(double), &bytes))
+            return tg_set_error(TG_ERR_OVERFLOW, "tg_rmsnorm backward: %u x %lld partial sums are too many", blocks,
+                                (long long)n);
+        partial_bytes = (size_t)bytes;
+        tg_status status = tg_device_alloc(TG_DEVICE_CUDA, partial_bytes, (void **)&partial);
+        if (status == TG_OK) status = tg_device_zero(TG_DEVICE_CUDA, partial, partial_bytes);
+        if (status != TG_OK) {
+            tg_device_free(TG_DEVICE_CUDA, partial, partial_bytes);
+            return status;
+        }
+    }
+    // Without dx its view is x's, never written (want_dx is false).
+    tg_cuda_view xv = tg_view_of(x), wv = tg_view_of(weight), gv = tg_view_of(dy), dxv = tg_view_of(dx ? dx : x);
+    if (x->dtype == TG_F64)
+        rmsnorm_bwd_kernel<double><<<blocks, threads>>>(xv, wv, gv, dxv, dx != NULL, partial, rows, eps);
+    else
+        rmsnorm_bwd_kernel<float><<<blocks, threads>>>(xv, wv, gv, dxv, dx != NULL, partial, rows, (float)eps);
+    tg_status status = tg_cuda_check_launch("tg_rmsnorm backward");
+    if (status == TG_OK && dw) {
+        sum_partials_kernel<<<tg_blocks_for(n), TG_THREADS>>>(partial, (int64_t)blocks, n, tg_view_of(dw));
+        status = tg_cuda_check_launch("tg_rmsnorm backward");
+    }
+    tg_device_free(TG_DEVICE_CUDA, partial, partial_bytes); // queued work finishes first: one stream
+    return status;
+}

@@ -1,0 +1,80 @@
+/* tests/cuda_util.h: what the CPU-vs-CUDA tests share (header only, static helpers).
+ *
+ * Each such test makes its inputs on the CPU, gives the CUDA twins (tt_cuda_twin) the
+ * same values and layout, runs the op and its backward on both, and compares the CUDA
+ * results, copied back to the host, with the CPU ones. */
+#ifndef TAPEGRAD_TESTS_CUDA_UTIL_H
+#define TAPEGRAD_TESTS_CUDA_UTIL_H
+
+#include "test_util.h"
+
+#include "core/internal.h"
+
+#include <math.h>
+#include <string.h>
+
+/* A contiguous CPU copy of t (any device and layout, same dtype). */
+static inline tg_tensor *cu_host(tg_tape *tape, const tg_tensor *t)
+{
+    cr_assert(t, "cu_host: no tensor (%s)", tg_last_error());
+    tg_tensor *h = tg_empty(tape, t->dtype, TG_DEVICE_CPU, t->ndim, t->shape);
+    cr_assert(h, "cu_host: %s", tg_last_error());
+    cr_assert_eq(tg_copy(h, t), TG_OK, "cu_host: %s", tg_last_error());
+    return h;
+}
+
+/* The agreement asked of a CUDA result with the CPU one, by storage dtype. */
+static inline double cu_tolerance(tg_dtype dtype)
+{
+    return dtype == TG_F64 ? 1e-10 : dtype == TG_F32 ? 1e-5 : 1e-2;
+}
+
+/* Asserts the CUDA tensor matches the CPU one: relative error below cu_tolerance. */
+static inline void cu_assert_close(tg_tape *tape, const char *what, const tg_tensor *cuda, const tg_tensor *cpu)
+{
+    cr_assert(cuda, "%s: no CUDA result (%s)", what, tg_last_error());
+    cr_assert(cpu, "%s: no CPU result (%s)", what, tg_last_error());
+    cr_assert_eq(cuda->device, TG_DEVICE_CUDA, "%s: the result left the GPU", what);
+    cr_assert_eq(cuda->dtype, cpu->dtype, "%s: dtypes differ", what);
+    double error = tt_rel_error(cu_host(tape, cuda), cpu), limit = cu_tolerance(cpu->dtype);
+    cr_assert(error < limit, "%s (%s): CUDA vs CPU relative error %g, limit %g (seed %llu)", what,
+              tg_dtype_name(cpu->dtype), error, limit, (unsigned long long)tt_seed());
+}
+
+/* Whether a and b (same shape and dtype, any devices and layouts) hold the same bits. */
+static inline bool cu_bitwise_equal(tg_tape *tape, const tg_tensor *a, const tg_tensor *b)
+{
+    cr_assert(a && b && tg_same_shape(a, b) && a->dtype == b->dtype);
+    tg_tensor *ha = cu_host(tape, a), *hb = cu_host(tape, b);
+    return memcmp(tg_data(ha), tg_data(hb), (size_t)tg_numel(ha) * tg_dtype_size(a->dtype)) == 0;
+}
+
+/* A random CPU tensor of the given shape, strided (tt_strided_leaf's layout) when asked;
+ * it requires a gradient when grad is set. */
+static inline tg_tensor *cu_input(tg_tape *tape, tg_dtype dtype, int ndim, const int64_t *shape, bool strided,
+                                  bool grad)
+{
+    tg_tensor *t = strided ? tt_strided_leaf(tape, dtype, ndim, shape) : tt_randn(tape, dtype, ndim, shape);
+    cr_assert_eq(tg_set_requires_grad(t, grad), TG_OK, "%s", tg_last_error());
+    return t;
+}
+
+/* Backward from y seeded with dy (on y's device). */
+static inline void cu_backward(tg_tape *tape, tg_tensor *y, const tg_tensor *dy)
+{
+    cr_assert(y, "the op failed: %s", tg_last_error());
+    cr_assert_eq(tg_backward_with_grad(tape, y, dy), TG_OK, "backward: %s", tg_last_error());
+}
+
+/* Makes the next `count` device allocations of numel elements of dtype reuse memory full
+ * of NaNs: the caching allocator hands out the most recently freed block of a size
+ * first, so an output a kernel forgot to write shows as NaN instead of a lucky zero. */
+static inline void cu_dirty_device_memory(int64_t numel, tg_dtype dtype, int count)
+{
+    tg_tape *scratch = tg_tape_create();
+    for (int i = 0; i < count; i++)
+        cr_assert(tg_full(scratch, dtype, TG_DEVICE_CUDA, 1, &numel, NAN), "%s", tg_last_error());
+    tg_tape_free(scratch);
+}
+
+#endif

@@ -1,0 +1,148 @@
+/* tg_rmsnorm on CUDA against the CPU kernel: forward, dx and dweight on random shapes
+ * (1-D to 4-D, odd row lengths, strided x, weight and output gradient) in f32, bf16 and
+ * f64; one gradient at a time; large rows and many short rows; reproducible weight
+ * gradients; zero rows; and the mixed-device error. Skipped without a GPU. */
+#include "cuda_util.h"
+
+#include <stdio.h>
+
+static double random_eps(void) { return pow(10.0, -6.0 + 5.0 * tg_rng_uniform(tt_rng())); }
+
+/* rmsnorm(x, w) on the CPU and on CUDA twins (same values and layouts), then backward
+ * from one random output gradient (strided when asked): the output and the gradients
+ * asked for must agree. */
+static void compare_case(tg_dtype dtype, int ndim, const int64_t *shape, bool strided, bool x_grad, bool w_grad)
+{
+    tg_tape *tape = tg_tape_create();
+    int64_t d = shape[ndim - 1];
+    tg_tensor *x = cu_input(tape, dtype, ndim, shape, strided, x_grad);
+    tg_tensor *w = cu_input(tape, dtype, 1, &d, strided, w_grad);
+    tg_tensor *cx = tt_cuda_twin(tape, x, true), *cw = tt_cuda_twin(tape, w, true);
+    /* With one element per row dx = r·g·eps/(x² + eps): float math forms it as the
+     * difference of two nearly equal terms, g − x·r²·g·x, so its relative error grows like
+     * 1e-7·x²/eps, past the f32 (and, for tiny eps, the bf16) tolerance. The CPU computes
+     * in double. Such rows get an eps large enough for float to resolve the difference. */
+    double eps = d == 1 ? 0.1 + 0.9 * tg_rng_uniform(tt_rng()) : random_eps();
+    char what[160], dims[64];
+    snprintf(what, sizeof what, "tg_rmsnorm x %s%s eps %g%s%s", tg_describe(x, dims, sizeof dims),
+             strided ? " strided" : "", eps, x_grad ? " dx" : "", w_grad ? " dw" : "");
+    tg_tensor *y = tg_rmsnorm(tape, x, w, eps), *cy = tg_rmsnorm(tape, cx, cw, eps);
+    cu_assert_close(tape, what, cy, y);
+    tg_tensor *dy = cu_input(tape, dtype, ndim, shape, tt_randint(0, 1), false);
+    cu_backward(tape, y, dy);
+    cu_backward(tape, cy, tt_cuda_twin(tape, dy, true));
+    char grad_what[200];
+    if (x_grad) {
+        snprintf(grad_what, sizeof grad_what, "%s: dx", what);
+        cu_assert_close(tape, grad_what, cx->grad, x->grad);
+    }
+    if (w_grad) {
+        snprintf(grad_what, sizeof grad_what, "%s: dw", what);
+        cu_assert_close(tape, grad_what, cw->grad, w->grad);
+    }
+    tg_tape_free(tape);
+}
+
+static void random_shape(int ndim, int64_t *shape, int64_t max_d)
+{
+    for (int i = 0; i < ndim; i++) shape[i] = tt_randint(1, 5);
+    shape[ndim - 1] = tt_randint(1, max_d);
+}
+
+Test(cuda_rmsnorm, random_shapes_match_cpu)
+{
+    tt_require_cuda();
+    const tg_dtype dtypes[3] = {TG_F32, TG_BF16, TG_F64};
+    for (int k = 0; k < 3; k++)
+        for (int ndim = 1; ndim <= 4; ndim++)
+            for (int strided = 0; strided < 2; strided++) {
+                int64_t shape[4];
+                random_shape(ndim, shape, 70); /* rows shorter and longer than a warp */
+                compare_case(dtypes[k], ndim, shape, strided, true, true);
+            }
+}
+
+Test(cuda_rmsnorm, row_length_one_and_one_gradient_at_a_time)
+{
+    tt_require_cuda();
+    for (int strided = 0; strided < 2; strided++) {
+        int64_t shape[2] = {tt_randint(1, 6), 1};
+        compare_case(TG_F32, 2, shape, strided, true, true);
+        shape[1] = tt_randint(2, 600);
+        compare_case(TG_F32, 2, shape, strided, true, false); /* no weight gradient */
+        compare_case(TG_F32, 2, shape, strided, false, true); /* no input gradient */
+    }
+}
+
+Test(cuda_rmsnorm, large_rows_match_cpu)
+{
+    tt_require_cuda();
+    /* Rows longer than a block (4k+), over a thousand of them; and in bf16. */
+    int64_t shape[2] = {tt_randint(1000, 1100), tt_randint(4097, 4200)};
+    compare_case(TG_F32, 2, shape, false, true, true);
+    int64_t bf16_shape[3] = {2, tt_randint(500, 600), tt_randint(500, 700)};
+    compare_case(TG_BF16, 3, bf16_shape, tt_randint(0, 1), true, true);
+}
+
+Test(cuda_rmsnorm, many_short_rows_match_cpu)
+{
+    tt_require_cuda();
+    /* 100k+ rows: each block of the weight-gradient pass loops over hundreds of them. */
+    int64_t shape[2] = {tt_randint(100000, 120000), tt_randint(2, 5)};
+    compare_case(TG_F32, 2, shape, false, true, true);
+}
+
+Test(cuda_rmsnorm, gradients_are_reproducible)
+{
+    tt_require_cuda();
+    /* Two backward passes over the same data: dx and the reduced dw bit for bit equal. */
+    tg_tape *tape = tg_tape_create();
+    int64_t shape[2] = {tt_randint(1000, 1500), tt_randint(300, 900)};
+    tg_tensor *x = tt_randn(tape, TG_F32, 2, shape), *w = tt_randn(tape, TG_F32, 1, &shape[1]);
+    tg_set_requires_grad(x, true);
+    tg_set_requires_grad(w, true);
+    tg_tensor *cdy = tt_cuda_twin(tape, tt_randn(tape, TG_F32, 2, shape), false), *cx[2], *cw[2];
+    for (int run = 0; run < 2; run++) {
+        cx[run] = tt_cuda_twin(tape, x, false);
+        cw[run] = tt_cuda_twin(tape, w, false);
+        cu_backward(tape, tg_rmsnorm(tape, cx[run], cw[run], 1e-5), cdy);
+    }
+    cr_assert(cu_bitwise_equal(tape, cx[0]->grad, cx[1]->grad), "dx differs between two runs");
+    cr_assert(cu_bitwise_equal(tape, cw[0]->grad, cw[1]->grad), "dw differs between two runs");
+    tg_tape_free(tape);
+}
+
+Test(cuda_rmsnorm, zero_rows_give_zero_weight_gradient)
+{
+    tt_require_cuda();
+    tg_tape *tape = tg_tape_create();
+    int64_t shape[2] = {0, tt_randint(1, 6)};
+    tg_tensor *x = tg_zeros(tape, TG_F32, TG_DEVICE_CUDA, 2, shape);
+    tg_tensor *w = tt_cuda_twin(tape, tt_leaf(tape, TG_F32, 1, &shape[1]), false);
+    cr_assert(x && tg_set_requires_grad(x, true) == TG_OK, "%s", tg_last_error());
+    cr_assert_eq(tg_fill(w->grad, 7.0), TG_OK, "%s", tg_last_error());
+    tg_tensor *y = tg_rmsnorm(tape, x, w, 1e-5);
+    cr_assert(y && tg_numel(y) == 0, "%s", tg_last_error());
+    /* The weight gradient's memory starts as NaNs: the kernel must write its zeros. */
+    cu_dirty_device_memory(shape[1], TG_F32, 8);
+    cu_backward(tape, y, tg_zeros(tape, TG_F32, TG_DEVICE_CUDA, 2, shape));
+    tg_tensor *grad = cu_host(tape, w->grad);
+    for (int64_t j = 0; j < shape[1]; j++) cr_assert_eq(tg_get_flat(grad, j), 7.0, "dw[%lld]", (long long)j);
+    tg_tape_free(tape);
+}
+
+Test(cuda_rmsnorm, mixed_devices_fail_cleanly)
+{
+    tt_require_cuda();
+    tg_tape *tape = tg_tape_create();
+    tg_tensor *x = tt_leaf(tape, TG_F32, 2, (int64_t[]){2, 3}), *w = tt_leaf(tape, TG_F32, 1, (int64_t[]){3});
+    tg_tensor *cx = tt_cuda_twin(tape, x, false), *cw = tt_cuda_twin(tape, w, false);
+    tt_state s = tt_snapshot(tape);
+    tt_assert_failed_with(&s, tg_rmsnorm(tape, x, cw, 1e-5), "tg_rmsnorm", "different devices", "cpu", "cuda",
+                          NULL);
+    tt_assert_failed_with(&s, tg_rmsnorm(tape, cx, w, 1e-5), "tg_rmsnorm", "different devices", NULL);
+    for (int64_t i = 0; i < 6; i++) cr_assert_eq(tg_get_flat(x->grad, i), 0.0);
+    tg_tensor *host_grad = cu_host(tape, cw->grad);
+    for (int64_t i = 0; i < 3; i++) cr_assert_eq(tg_get_flat(host_grad, i), 0.0);
+    tg_tape_free(tape);
+}
