@@ -29,7 +29,9 @@
 # Time: every step has a limit, and the tests and sanitizers only get what is left after
 # keeping BENCH_RESERVE + PEERS_RESERVE seconds for the two benchmarks, so the script ends
 # within GPU_CHECK_SECONDS (default 480). The sanitizers run the whole conv1d test binary; to
-# sanitize part of it, set SANITIZE_FILTER to a Criterion --filter pattern (e.g. '*/fwd_*').
+# sanitize part of it, set SANITIZE_FILTER to a Criterion --filter pattern (e.g. '*/fwd_*');
+# SANITIZE_OTHERS=0 leaves the other CUDA test binaries out of memcheck; BENCH_ARGS passes
+# options to the benchmark (e.g. "--runs 30").
 set -u
 cd "$(dirname "$0")/.." || exit 2
 
@@ -127,7 +129,7 @@ sanitize() { # sanitize TOOL BINARY: one compute-sanitizer step
     local tool=$1 binary=$2 filter=()
     [ -n "${SANITIZE_FILTER:-}" ] && [ "$(basename "$binary")" = test_cuda_conv1d ] && filter=(--filter "$SANITIZE_FILTER")
     run_step "$tool-$(basename "$binary")" "$(limit_for 120 "$reserve")" \
-        "$SANITIZER" --tool "$tool" --error-exitcode 1 --print-limit 20 "$binary" --jobs 1 "${filter[@]}"
+        "$SANITIZER" --tool "$tool" --target-processes all --error-exitcode 1 --print-limit 20 "$binary" --jobs 1 "${filter[@]}"
 }
 
 cuda_tests=()
@@ -149,8 +151,8 @@ else
     else
         skip_step sanitize-test_cuda_conv1d "build/tests/test_cuda_conv1d not built"
     fi
-    for binary in "${cuda_tests[@]}"; do
-        [ "$(basename "$binary")" = test_cuda_conv1d ] || sanitize memcheck "$binary"
+    for binary in "${cuda_tests[@]}"; do # SANITIZE_OTHERS=0: the conv1d kernels only
+        [ "${SANITIZE_OTHERS:-1}" = 0 ] || [ "$(basename "$binary")" = test_cuda_conv1d ] || sanitize memcheck "$binary"
     done
     [ ${#cuda_tests[@]} -eq 0 ] && skip_step memcheck-test_cuda "no test_cuda_* binary built"
 fi
@@ -158,7 +160,8 @@ fi
 # ---- benchmarks ---------------------------------------------------------------------------------------
 rm -f "$OUT/tapegrad.csv" "$OUT/peers.csv"
 if [ -x build/bench/conv1d_bench ]; then
-    run_step bench "$(limit_for 240 "$PEERS_RESERVE")" build/bench/conv1d_bench --csv "$OUT/tapegrad.csv"
+    # shellcheck disable=SC2086 # BENCH_ARGS is a list of options, e.g. "--runs 30"
+    run_step bench "$(limit_for 240 "$PEERS_RESERVE")" build/bench/conv1d_bench --csv "$OUT/tapegrad.csv" ${BENCH_ARGS:-}
 else
     skip_step bench "build/bench/conv1d_bench not built"
 fi

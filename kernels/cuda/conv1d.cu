@@ -78,15 +78,15 @@ template <typename T> __device__ inline float x_at(const conv_args &a, int64_t b
 }
 
 // The channel's weights by look-back distance (zero past K) and its bias.
-template <int KB> __device__ inline float load_taps(const conv_args &a, int64_t c, float (&wl)[KB])
+template <typename T, int KB> __device__ inline float load_taps(const conv_args &a, int64_t c, float (&wl)[KB])
 {
+    const T *w = (const T *)a.w + c * a.ws0;
 #pragma unroll
-    for (int i = 0; i < KB; i++)
-        wl[i] = i < a.K ? (float)tg_load_raw(a.w, a.dtype, c * a.ws0 + (a.K - 1 - i) * a.ws1) : 0.0f;
-    return a.bias ? (float)tg_load_raw(a.bias, a.dtype, c * a.bs0) : 0.0f;
+    for (int i = 0; i < KB; i++) wl[i] = i < a.K ? tg_to_float(w[(a.K - 1 - i) * a.ws1]) : 0.0f;
+    return a.bias ? tg_to_float(((const T *)a.bias)[c * a.bs0]) : 0.0f;
 }
 
-__device__ inline float sigmoid(float z) { return 1.0f / (1.0f + __expf(-z)); }
+__device__ inline float sigmoid(float z) { return __fdividef(1.0f, 1.0f + __expf(-z)); }
 __device__ inline float activate(float z, bool silu) { return silu ? z * sigmoid(z) : z; }
 __device__ inline float activation_slope(float z, bool silu)
 {
@@ -105,10 +105,44 @@ template <typename T> __host__ __device__ constexpr int vec_width() { return 16 
 template <typename T> __host__ __device__ constexpr int row_ept() { return 2 * vec_width<T>(); } // two 16-byte vectors per thread
 
 struct row_plan {
-    int64_t chunks; // per row
-    int chunk_len;  // steps per block
+    int64_t chunks; // blocks per row
+    int chunk_len;  // steps one pass of the block covers (threads · EPT)
+    int passes;     // passes per block: a block covers passes · chunk_len steps
     bool vec_x, vec_y, vec_dx; // rows 16-byte aligned: vector loads and stores allowed
 };
+
+// The K−1 steps left of each thread's window, x[t0 − (KB−1)] … x[t0 − 1], mostly taken from
+// the neighbouring lanes' registers (a shuffle instead of a second read); the first lanes of
+// a warp read theirs from memory (or the history). All 32 lanes must call this.
+template <typename T, int KB, int EPT>
+__device__ inline void left_halo(const conv_args &a, int64_t b, int64_t c, int64_t t0, const float *body, float *halo)
+{
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int m = 1; m < KB; m++) {
+        const int q = (m + EPT - 1) / EPT; // step t0 − m is in lane − q's window, at EPT·q − m
+        float v = __shfl_up_sync(0xffffffffu, body[EPT * q - m], q);
+        if (lane < q) v = x_at<T>(a, b, c, t0 - m);
+        halo[KB - 1 - m] = v;
+    }
+}
+
+// The K−1 steps right of each thread's window, v[t0 + EPT] … v[t0 + EPT + KB − 2], from the
+// next lanes (the last lanes of a warp read theirs; 0 past the end of the row).
+template <typename T, int KB, int EPT>
+__device__ inline void right_halo(const conv_args &a, const t3 &tensor, int64_t b, int64_t c, int64_t t0,
+                                  const float *body, float *halo)
+{
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int m = 0; m < KB - 1; m++) {
+        const int q = m / EPT + 1; // step t0 + EPT + m is in lane + q's window, at m − EPT·(q − 1)
+        float v = __shfl_down_sync(0xffffffffu, body[m - EPT * (q - 1)], q);
+        int64_t t = t0 + EPT + m;
+        if (lane >= 32 - q) v = t < a.L ? ld<T>(tensor, b, c, t) : 0.0f;
+        halo[m] = t < a.L ? v : 0.0f;
+    }
+}
 
 // win[j] = x[t0 + j] for j in [0, N) (vector loads where aligned and inside the row).
 template <typename T, int N>
@@ -157,23 +191,26 @@ __global__ void __launch_bounds__(kBlock) row_fwd(conv_args a, row_plan plan)
     constexpr int EPT = row_ept<T>();
     const int64_t row = blockIdx.x / plan.chunks, chunk = blockIdx.x % plan.chunks;
     const int64_t b = row / a.C, c = row % a.C;
-    const int64_t t0 = chunk * plan.chunk_len + (int64_t)threadIdx.x * EPT;
-    if (t0 >= a.L) return;
     float wl[KB];
-    const float bias = load_taps<KB>(a, c, wl);
-    float win[KB - 1 + EPT]; // x[t0 − (KB−1)] … x[t0 + EPT − 1]
+    const float bias = load_taps<T, KB>(a, c, wl);
+    for (int pass = 0; pass < plan.passes; pass++) {
+        const int64_t base = (chunk * plan.passes + pass) * plan.chunk_len;
+        if (base >= a.L) break; // uniform across the block
+        const int64_t t0 = base + (int64_t)threadIdx.x * EPT;
+        float win[KB - 1 + EPT]; // x[t0 − (KB−1)] … x[t0 + EPT − 1]
+        load_row<T, EPT>(a, a.x, plan.vec_x, b, c, t0, win + KB - 1);
+        left_halo<T, KB, EPT>(a, b, c, t0, win + KB - 1, win);
+        if (t0 >= a.L) continue;
+        float out[EPT];
 #pragma unroll
-    for (int j = 0; j < KB - 1; j++) win[j] = x_at<T>(a, b, c, t0 - (KB - 1) + j);
-    load_row<T, EPT>(a, a.x, plan.vec_x, b, c, t0, win + KB - 1);
-    float out[EPT];
+        for (int e = 0; e < EPT; e++) {
+            float z = bias;
 #pragma unroll
-    for (int e = 0; e < EPT; e++) {
-        float z = bias;
-#pragma unroll
-        for (int i = 0; i < KB; i++) z += wl[i] * win[KB - 1 + e - i];
-        out[e] = activate(z, a.silu);
+            for (int i = 0; i < KB; i++) z += wl[i] * win[KB - 1 + e - i];
+            out[e] = activate(z, a.silu);
+        }
+        store_row<T, EPT>(a, a.y, plan.vec_y, b, c, t0, out);
     }
-    store_row<T, EPT>(a, a.y, plan.vec_y, b, c, t0, out);
 }
 
 // Sums each of the block's N partials over its threads (fixed shuffle tree, then warps in
@@ -204,28 +241,24 @@ __global__ void __launch_bounds__(kBlock) row_bwd(conv_args a, row_plan plan, fl
     constexpr int EPT = row_ept<T>();
     const int64_t row = blockIdx.x / plan.chunks, chunk = blockIdx.x % plan.chunks;
     const int64_t b = row / a.C, c = row % a.C;
-    const int64_t t0 = chunk * plan.chunk_len + (int64_t)threadIdx.x * EPT;
-    const bool active = t0 < a.L;
     float wl[KB];
-    const float bias = load_taps<KB>(a, c, wl);
+    const float bias = load_taps<T, KB>(a, c, wl);
     float partial[KB + 1]; // dwl[0 … KB−1], dbias
 #pragma unroll
     for (int i = 0; i <= KB; i++) partial[i] = 0.0f;
-    if (active) {
+    for (int pass = 0; pass < plan.passes; pass++) {
+        const int64_t base = (chunk * plan.passes + pass) * plan.chunk_len;
+        if (base >= a.L) break; // uniform across the block
+        const int64_t t0 = base + (int64_t)threadIdx.x * EPT;
         // x over [t0 − (KB−1), t0 + EPT + KB − 1): enough to rebuild z on [t0, t0 + EPT + KB − 1)
         float xw[EPT + 2 * (KB - 1)];
-        float g[EPT + KB - 1]; // g on [t0, t0 + EPT + KB − 1), 0 past the end
-#pragma unroll
-        for (int j = 0; j < KB - 1; j++) xw[j] = x_at<T>(a, b, c, t0 - (KB - 1) + j);
+        float g[EPT + KB - 1]; // dout, then g, on [t0, t0 + EPT + KB − 1); 0 past the end
         load_row<T, EPT>(a, a.x, plan.vec_x, b, c, t0, xw + KB - 1);
         load_row<T, EPT>(a, a.y, plan.vec_y, b, c, t0, g);
-#pragma unroll
-        for (int j = 0; j < KB - 1; j++) {
-            int64_t t = t0 + EPT + j;
-            bool inside = t < a.L;
-            xw[KB - 1 + EPT + j] = inside ? ld<T>(a.x, b, c, t) : 0.0f;
-            g[EPT + j] = inside ? ld<T>(a.y, b, c, t) : 0.0f;
-        }
+        left_halo<T, KB, EPT>(a, b, c, t0, xw + KB - 1, xw);
+        right_halo<T, KB, EPT>(a, a.x, b, c, t0, xw + KB - 1, xw + KB - 1 + EPT);
+        right_halo<T, KB, EPT>(a, a.y, b, c, t0, g, g + EPT);
+        if (t0 >= a.L) continue;
 #pragma unroll
         for (int j = 0; j < EPT + KB - 1; j++) { // g = dout · act'(z), z rebuilt from x
             float z = bias;
@@ -263,12 +296,12 @@ struct walk_plan {
     bool vec_x, vec_y, vec_dx; // stride 1 along C and aligned for CPT-wide vectors
 };
 
-template <typename T, int CPT>
-__device__ inline void load_channels(const conv_args &a, const t3 &v, bool vec_ok, int64_t b, int64_t c0, int64_t t,
+template <typename T, int CPT, bool VEC>
+__device__ inline void load_channels(const conv_args &a, const t3 &v, int64_t b, int64_t c0, int64_t t,
                                      float (&out)[CPT])
 {
     const T *p = (const T *)(v.p + (b * v.s0 + c0 * v.s1 + t * v.s2) * (int64_t)sizeof(T));
-    if (vec_ok && c0 + CPT <= a.C) {
+    if (VEC && c0 + CPT <= a.C) {
         vec<T, CPT> chunk = *(const vec<T, CPT> *)p;
 #pragma unroll
         for (int q = 0; q < CPT; q++) out[q] = tg_to_float(chunk.v[q]);
@@ -278,12 +311,12 @@ __device__ inline void load_channels(const conv_args &a, const t3 &v, bool vec_o
     }
 }
 
-template <typename T, int CPT>
-__device__ inline void store_channels(const conv_args &a, const t3 &v, bool vec_ok, int64_t b, int64_t c0, int64_t t,
+template <typename T, int CPT, bool VEC>
+__device__ inline void store_channels(const conv_args &a, const t3 &v, int64_t b, int64_t c0, int64_t t,
                                       const float (&values)[CPT])
 {
     T *p = (T *)(v.p + (b * v.s0 + c0 * v.s1 + t * v.s2) * (int64_t)sizeof(T));
-    if (vec_ok && c0 + CPT <= a.C) {
+    if (VEC && c0 + CPT <= a.C) {
         vec<T, CPT> chunk;
 #pragma unroll
         for (int q = 0; q < CPT; q++) chunk.v[q] = tg_from_float<T>(values[q]);
@@ -296,20 +329,21 @@ __device__ inline void store_channels(const conv_args &a, const t3 &v, bool vec_
 }
 
 // x at time t for the thread's channels: the history for t < 0.
-template <typename T, int CPT>
-__device__ inline void load_x_or_history(const conv_args &a, bool vec_ok, int64_t b, int64_t c0, int64_t t,
-                                         float (&out)[CPT])
+template <typename T, int CPT, bool VEC>
+__device__ inline void load_x_or_history(const conv_args &a, int64_t b, int64_t c0, int64_t t, float (&out)[CPT])
 {
     if (t >= 0) {
-        load_channels<T, CPT>(a, a.x, vec_ok, b, c0, t, out);
+        load_channels<T, CPT, VEC>(a, a.x, b, c0, t, out);
         return;
     }
 #pragma unroll
     for (int q = 0; q < CPT; q++) out[q] = c0 + q < a.C ? x_at<T>(a, b, c0 + q, t) : 0.0f;
 }
 
-template <typename T, int KB>
-__global__ void walk_fwd(conv_args a, walk_plan plan)
+// VEC: x, out (and dout, dx) have stride 1 along C and aligned channel vectors. The
+// other layouts take VEC = false, instantiated for the widest bucket only.
+template <typename T, int KB, bool VEC>
+__global__ void __launch_bounds__(32 * kTimeRows) walk_fwd(conv_args a, walk_plan plan)
 {
     constexpr int CPT = walk_cpt<T, KB>();
     const int64_t c0 = ((int64_t)blockIdx.y * blockDim.x + threadIdx.x) * CPT;
@@ -320,14 +354,14 @@ __global__ void walk_fwd(conv_args a, walk_plan plan)
 #pragma unroll
     for (int q = 0; q < CPT; q++) {
         int64_t c = c0 + q < a.C ? c0 + q : a.C - 1; // channels past C are computed but never stored
-        bias[q] = load_taps<KB>(a, c, wl[q]);
+        bias[q] = load_taps<T, KB>(a, c, wl[q]);
     }
     float hist[KB][CPT]; // hist[KB−1] is x[t]; hist[KB−1−i] is x[t−i]
 #pragma unroll
-    for (int j = 0; j < KB - 1; j++) load_x_or_history<T, CPT>(a, plan.vec_x, b, c0, t0 - (KB - 1) + j, hist[j]);
+    for (int j = 0; j < KB - 1; j++) load_x_or_history<T, CPT, VEC>(a, b, c0, t0 - (KB - 1) + j, hist[j]);
     const int64_t t_end = t0 + kTimeSteps < a.L ? t0 + kTimeSteps : a.L;
     for (int64_t t = t0; t < t_end; t++) {
-        load_channels<T, CPT>(a, a.x, plan.vec_x, b, c0, t, hist[KB - 1]);
+        load_channels<T, CPT, VEC>(a, a.x, b, c0, t, hist[KB - 1]);
         float out[CPT];
 #pragma unroll
         for (int q = 0; q < CPT; q++) {
@@ -336,7 +370,7 @@ __global__ void walk_fwd(conv_args a, walk_plan plan)
             for (int i = 0; i < KB; i++) z += wl[q][i] * hist[KB - 1 - i][q];
             out[q] = activate(z, a.silu);
         }
-        store_channels<T, CPT>(a, a.y, plan.vec_y, b, c0, t, out);
+        store_channels<T, CPT, VEC>(a, a.y, b, c0, t, out);
 #pragma unroll
         for (int j = 0; j < KB - 1; j++)
 #pragma unroll
@@ -344,8 +378,8 @@ __global__ void walk_fwd(conv_args a, walk_plan plan)
     }
 }
 
-template <typename T, int KB>
-__global__ void walk_bwd(conv_args a, walk_plan plan, float *ws)
+template <typename T, int KB, bool VEC>
+__global__ void __launch_bounds__(32 * kTimeRows) walk_bwd(conv_args a, walk_plan plan, float *ws)
 {
     constexpr int CPT = walk_cpt<T, KB>();
     const int64_t c0 = ((int64_t)blockIdx.y * blockDim.x + threadIdx.x) * CPT;
@@ -360,12 +394,12 @@ __global__ void walk_bwd(conv_args a, walk_plan plan, float *ws)
     if (active) {
         float wl[CPT][KB], bias[CPT];
 #pragma unroll
-        for (int q = 0; q < CPT; q++) bias[q] = load_taps<KB>(a, c0 + q < a.C ? c0 + q : a.C - 1, wl[q]);
+        for (int q = 0; q < CPT; q++) bias[q] = load_taps<T, KB>(a, c0 + q < a.C ? c0 + q : a.C - 1, wl[q]);
         float hist[KB][CPT];  // x[t−KB+1 … t]
         float grads[KB][CPT]; // g[t−KB+1 … t]
 #pragma unroll
         for (int j = 0; j < KB - 1; j++) {
-            load_x_or_history<T, CPT>(a, plan.vec_x, b, c0, t0 - (KB - 1) + j, hist[j]);
+            load_x_or_history<T, CPT, VEC>(a, b, c0, t0 - (KB - 1) + j, hist[j]);
 #pragma unroll
             for (int q = 0; q < CPT; q++) grads[j][q] = 0.0f; // g before t0 is not this thread's
         }
@@ -376,8 +410,8 @@ __global__ void walk_bwd(conv_args a, walk_plan plan, float *ws)
             const bool inside = t < a.L;
             float dout[CPT];
             if (inside) {
-                load_channels<T, CPT>(a, a.x, plan.vec_x, b, c0, t, hist[KB - 1]);
-                load_channels<T, CPT>(a, a.y, plan.vec_y, b, c0, t, dout);
+                load_channels<T, CPT, VEC>(a, a.x, b, c0, t, hist[KB - 1]);
+                load_channels<T, CPT, VEC>(a, a.y, b, c0, t, dout);
             }
 #pragma unroll
             for (int q = 0; q < CPT; q++) {
@@ -407,7 +441,7 @@ __global__ void walk_bwd(conv_args a, walk_plan plan, float *ws)
                     if (a.dfinal.p && j >= 0 && c0 + q < a.C) d += ld<T>(a.dfinal, b, c0 + q, j);
                     dx[q] = d;
                 }
-                store_channels<T, CPT>(a, a.dx, plan.vec_dx, b, c0, s, dx);
+                store_channels<T, CPT, VEC>(a, a.dx, b, c0, s, dx);
             }
 #pragma unroll
             for (int j = 0; j < KB - 1; j++)
@@ -540,7 +574,11 @@ template <typename T> row_plan make_row_plan(const conv_args &a, const tg_tensor
     int block = threads >= kBlock ? kBlock : (int)((threads + 31) / 32 * 32);
     row_plan plan = {};
     plan.chunk_len = block * EPT;
-    plan.chunks = (a.L + plan.chunk_len - 1) / plan.chunk_len;
+    int64_t spans = (a.L + plan.chunk_len - 1) / plan.chunk_len;
+    // Long rows: a block makes several passes, so its weights and setup serve more steps;
+    // keep at least four blocks per row so the grid still fills the GPU.
+    plan.passes = spans >= 16 ? 4 : spans >= 8 ? 2 : 1;
+    plan.chunks = (spans + plan.passes - 1) / plan.passes;
     plan.vec_x = rows_aligned(x, V);
     plan.vec_y = rows_aligned(y, V);
     plan.vec_dx = rows_aligned(dx, V);
@@ -621,8 +659,14 @@ tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *fina
         row_fwd<T, KB><<<(unsigned)(a.B * a.C * plan.chunks), row_block(plan, row_ept<T>())>>>(a, plan);
     } else {
         walk_plan plan = make_walk_plan<T, KB>(a, in->x, out, NULL);
-        if (!fits_walk_grid<T, KB>(a, plan)) return too_large(a);
-        walk_fwd<T, KB><<<walk_grid<T, KB>(a, plan), dim3(32, kTimeRows)>>>(a, plan);
+        if (plan.vec_x && plan.vec_y) {
+            if (!fits_walk_grid<T, KB>(a, plan)) return too_large(a);
+            walk_fwd<T, KB, true><<<walk_grid<T, KB>(a, plan), dim3(32, kTimeRows)>>>(a, plan);
+        } else {
+            walk_plan generic = make_walk_plan<T, kMaxK>(a, in->x, out, NULL);
+            if (!fits_walk_grid<T, kMaxK>(a, generic)) return too_large(a);
+            walk_fwd<T, kMaxK, false><<<walk_grid<T, kMaxK>(a, generic), dim3(32, kTimeRows)>>>(a, generic);
+        }
     }
     tg_status status = tg_cuda_check_launch("tg_causal_conv1d");
     if (status == TG_OK && final_states && a.K > 1) {
@@ -650,14 +694,20 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
         parts = a.B * wplan.time_blocks;
         if (!fits_walk_grid<T, KB>(a, wplan)) return too_large(a);
     }
+    const bool vec_walk = wplan.vec_x && wplan.vec_y && wplan.vec_dx;
+    if (!rows && !vec_walk) { /* odd layouts: the generic time walk, in the widest bucket */
+        if (KB != kMaxK) return backward_kernels<T, kMaxK>(in, dout, dfinal, dx, dweight, dbias, dinitial);
+    }
     size_t ws_bytes = (size_t)(parts * a.C * (KB + 1)) * sizeof(float);
     float *ws = NULL;
     tg_status status = tg_device_alloc(TG_DEVICE_CUDA, ws_bytes, (void **)&ws);
     if (status != TG_OK) return status;
     if (rows)
         row_bwd<T, KB><<<(unsigned)(a.B * a.C * rplan.chunks), row_block(rplan, row_ept<T>())>>>(a, rplan, ws);
-    else
-        walk_bwd<T, KB><<<walk_grid<T, KB>(a, wplan), dim3(32, kTimeRows)>>>(a, wplan, ws);
+    else if (vec_walk)
+        walk_bwd<T, KB, true><<<walk_grid<T, KB>(a, wplan), dim3(32, kTimeRows)>>>(a, wplan, ws);
+    else if constexpr (KB == kMaxK) // (other buckets were sent here above)
+        walk_bwd<T, KB, false><<<walk_grid<T, KB>(a, wplan), dim3(32, kTimeRows)>>>(a, wplan, ws);
     status = tg_cuda_check_launch("tg_causal_conv1d backward");
     if (status == TG_OK && (dweight || dbias)) {
         sum_partials_kernel<<<tg_blocks_for(a.C * (KB + 1)), TG_THREADS>>>(
