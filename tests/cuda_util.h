@@ -29,16 +29,40 @@ static inline double cu_tolerance(tg_dtype dtype)
     return dtype == TG_F64 ? 1e-10 : dtype == TG_F32 ? 1e-5 : 1e-2;
 }
 
-/* Asserts the CUDA tensor matches the CPU one: relative error below cu_tolerance. */
-static inline void cu_assert_close(tg_tape *tape, const char *what, const tg_tensor *cuda, const tg_tensor *cpu)
+/* The CUDA result is on the GPU, has the CPU result's shape and dtype, and lies within
+ * `limit` of it (relative error over all elements). */
+static inline void cu_assert_within(tg_tape *tape, const char *what, const tg_tensor *cuda, const tg_tensor *cpu,
+                                    double limit)
 {
     cr_assert(cuda, "%s: no CUDA result (%s)", what, tg_last_error());
     cr_assert(cpu, "%s: no CPU result (%s)", what, tg_last_error());
     cr_assert_eq(cuda->device, TG_DEVICE_CUDA, "%s: the result left the GPU", what);
     cr_assert_eq(cuda->dtype, cpu->dtype, "%s: dtypes differ", what);
-    double error = tt_rel_error(cu_host(tape, cuda), cpu), limit = cu_tolerance(cpu->dtype);
-    cr_assert(error < limit, "%s (%s): CUDA vs CPU relative error %g, limit %g (seed %llu)", what,
+    cr_assert(tg_same_shape(cuda, cpu), "%s: shapes differ (ndim %d vs %d)", what, cuda->ndim, cpu->ndim);
+    double error = tt_rel_error(cu_host(tape, cuda), cpu);
+    cr_assert(error <= limit, "%s (%s): CUDA vs CPU relative error %g, limit %g (seed %llu)", what,
               tg_dtype_name(cpu->dtype), error, limit, (unsigned long long)tt_seed());
+}
+
+/* Asserts the CUDA tensor matches the CPU one within cu_tolerance of its dtype. */
+static inline void cu_assert_close(tg_tape *tape, const char *what, const tg_tensor *cuda, const tg_tensor *cpu)
+{
+    cr_assert(cpu, "%s: no CPU result (%s)", what, tg_last_error());
+    cu_assert_within(tape, what, cuda, cpu, cu_tolerance(cpu->dtype));
+}
+
+/* The CUDA result equals the CPU one element for element. */
+static inline void cu_assert_equal(tg_tape *tape, const char *what, const tg_tensor *cuda, const tg_tensor *cpu)
+{
+    cr_assert(cuda && cpu, "%s: missing result: %s", what, tg_last_error());
+    cr_assert_eq(cuda->device, TG_DEVICE_CUDA, "%s: the result left the GPU", what);
+    cr_assert(cuda->dtype == cpu->dtype && tg_same_shape(cuda, cpu), "%s: dtype or shape differs", what);
+    tg_tensor *h = cu_host(tape, cuda);
+    for (int64_t i = 0; i < tg_numel(h); i++) {
+        double got = tg_get_flat(h, i), expected = tg_get_flat(cpu, i);
+        cr_assert(got == expected, "%s: element %lld is %.9g on CUDA, %.9g on the CPU (seed %llu)", what,
+                  (long long)i, got, expected, (unsigned long long)tt_seed());
+    }
 }
 
 /* Whether a and b (same shape and dtype, any devices and layouts) hold the same bits. */

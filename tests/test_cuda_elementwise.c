@@ -2,7 +2,7 @@
  * bf16, f16 and f64, on contiguous and strided inputs, with broadcasting, edge sizes and
  * sizes that need many blocks (and more than one grid-stride round); forward values
  * and input gradients are compared. Skipped without a usable GPU. */
-#include "test_util.h"
+#include "cuda_util.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -38,28 +38,6 @@ static const double tolerances[] = {1e-5, 1e-2, 2e-3};
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
-/* A contiguous CPU copy of a tensor on any device, in its own dtype. */
-static tg_tensor *host_copy(tg_tape *tape, const tg_tensor *t)
-{
-    tg_tensor *h = tg_empty(tape, t->dtype, TG_DEVICE_CPU, t->ndim, t->shape);
-    cr_assert(h, "host_copy: %s", tg_last_error());
-    cr_assert_eq(tg_copy(h, t), TG_OK, "host_copy: %s", tg_last_error());
-    return h;
-}
-
-/* The CUDA result is within `tolerance` (relative, over all elements) of the CPU one. */
-static void assert_matches(tg_tape *tape, const tg_tensor *cuda, const tg_tensor *cpu, double tolerance,
-                           const char *what)
-{
-    cr_assert(cuda && cpu, "%s: missing result: %s", what, tg_last_error());
-    cr_assert_eq(cuda->device, TG_DEVICE_CUDA, "%s: the result left the GPU", what);
-    cr_assert_eq(cuda->dtype, cpu->dtype, "%s: dtype %s, expected %s", what, tg_dtype_name(cuda->dtype),
-                 tg_dtype_name(cpu->dtype));
-    double error = tt_rel_error(host_copy(tape, cuda), cpu);
-    cr_assert(error <= tolerance, "%s: relative error %g > %g (seed %llu)", what, error, tolerance,
-              (unsigned long long)tt_seed());
-}
-
 /* Values with |x| ≥ 0.1 (relu's kink) or, when positive, x ≥ 0.1 (log, divisors). */
 static void keep_away_from_zero(tg_tensor *x, bool positive)
 {
@@ -87,14 +65,14 @@ static void check_unary(size_t k, tg_tensor *x, double tolerance, const char *wh
     tg_tensor *xc = tt_cuda_twin(gpu, x, !tg_is_contiguous(x));
     tg_tensor *y = unary_ops[k].fn(cpu, x), *yc = unary_ops[k].fn(gpu, xc);
     cr_assert(y && yc, "%s: %s", what, tg_last_error());
-    assert_matches(gpu, yc, y, tolerance, what);
+    cu_assert_within(gpu, what, yc, y, tolerance);
     tg_tensor *dy = tt_randn(cpu, x->dtype, y->ndim, y->shape);
     cr_assert_eq(tg_backward_with_grad(cpu, y, dy), TG_OK, "%s: %s", what, tg_last_error());
     cr_assert_eq(tg_backward_with_grad(gpu, yc, tt_cuda_twin(gpu, dy, false)), TG_OK, "%s: %s", what,
                  tg_last_error());
     char grad_what[160];
     snprintf(grad_what, sizeof grad_what, "%s: dx", what);
-    assert_matches(gpu, xc->grad, x->grad, tolerance, grad_what);
+    cu_assert_within(gpu, grad_what, xc->grad, x->grad, tolerance);
     tg_tape_free(gpu);
 }
 
@@ -105,16 +83,16 @@ static void check_binary(size_t k, tg_tensor *a, tg_tensor *b, double tolerance,
     tg_tensor *ac = tt_cuda_twin(gpu, a, !tg_is_contiguous(a)), *bc = tt_cuda_twin(gpu, b, !tg_is_contiguous(b));
     tg_tensor *y = binary_ops[k].fn(cpu, a, b), *yc = binary_ops[k].fn(gpu, ac, bc);
     cr_assert(y && yc, "%s: %s", what, tg_last_error());
-    assert_matches(gpu, yc, y, tolerance, what);
+    cu_assert_within(gpu, what, yc, y, tolerance);
     tg_tensor *dy = tt_randn(cpu, a->dtype, y->ndim, y->shape);
     cr_assert_eq(tg_backward_with_grad(cpu, y, dy), TG_OK, "%s: %s", what, tg_last_error());
     cr_assert_eq(tg_backward_with_grad(gpu, yc, tt_cuda_twin(gpu, dy, false)), TG_OK, "%s: %s", what,
                  tg_last_error());
     char grad_what[160];
     snprintf(grad_what, sizeof grad_what, "%s: da", what);
-    assert_matches(gpu, ac->grad, a->grad, tolerance, grad_what);
+    cu_assert_within(gpu, grad_what, ac->grad, a->grad, tolerance);
     snprintf(grad_what, sizeof grad_what, "%s: db", what);
-    assert_matches(gpu, bc->grad, b->grad, tolerance, grad_what);
+    cu_assert_within(gpu, grad_what, bc->grad, b->grad, tolerance);
     tg_tape_free(gpu);
 }
 
@@ -186,7 +164,7 @@ Test(cuda_elementwise, stable_at_extremes)
         tg_tape *gpu = tg_tape_create();
         tg_tensor *y = unary_ops[stable[i]].fn(gpu, tt_cuda_twin(gpu, x, false));
         cr_assert(y, "%s", tg_last_error());
-        tg_tensor *h = host_copy(gpu, y);
+        tg_tensor *h = cu_host(gpu, y);
         for (int j = 0; j < 6; j++)
             cr_assert(isfinite(tg_get_flat(h, j)), "%s(%g) = %g", unary_ops[stable[i]].name, values[j],
                       tg_get_flat(h, j));
@@ -292,7 +270,7 @@ Test(cuda_elementwise, broadcast_gradient_is_deterministic)
         tg_tensor *bc = tt_cuda_twin(gpu, b, false);
         tg_tensor *y = tg_mul(gpu, tt_cuda_twin(gpu, a, false), bc);
         cr_assert_eq(tg_backward_with_grad(gpu, y, tt_cuda_twin(gpu, dy, false)), TG_OK, "%s", tg_last_error());
-        grads[run] = host_copy(cpu, bc->grad);
+        grads[run] = cu_host(cpu, bc->grad);
         tg_tape_free(gpu);
     }
     cr_assert_eq(memcmp(tg_data(grads[0]), tg_data(grads[1]), 33 * sizeof(float)), 0,
@@ -313,7 +291,7 @@ Test(cuda_elementwise, cpu_and_cuda_inputs_together_fail_cleanly)
         tt_assert_failed_with(&s, binary_ops[k].fn(tape, a, b), binary_ops[k].name, "device", "cpu", "cuda", NULL);
         tt_assert_failed_with(&s, binary_ops[k].fn(tape, b, a), binary_ops[k].name, "device", "cpu", "cuda", NULL);
     }
-    tg_tensor *h = host_copy(tape, b->grad);
+    tg_tensor *h = cu_host(tape, b->grad);
     for (int64_t i = 0; i < 6; i++) {
         cr_assert_eq(tg_get_flat(a->grad, i), 0.0);
         cr_assert_eq(tg_get_flat(h, i), 0.0);

@@ -4,35 +4,13 @@
  * table's dtype after each addition, so their gradients agree bit for bit. Also bad ids
  * (found at their first position, before and after the forward), empty ids and mixed
  * devices. Skipped without a usable GPU. */
-#include "test_util.h"
+#include "cuda_util.h"
 
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
 /* ---- helpers ------------------------------------------------------------------------------ */
-
-static tg_tensor *host_copy(tg_tape *tape, const tg_tensor *t)
-{
-    tg_tensor *h = tg_empty(tape, t->dtype, TG_DEVICE_CPU, t->ndim, t->shape);
-    cr_assert(h, "host_copy: %s", tg_last_error());
-    cr_assert_eq(tg_copy(h, t), TG_OK, "host_copy: %s", tg_last_error());
-    return h;
-}
-
-/* Same shape and dtype, on the GPU, and equal element for element to the CPU result. */
-static void assert_equal(tg_tape *tape, const tg_tensor *cuda, const tg_tensor *cpu, const char *what)
-{
-    cr_assert(cuda && cpu, "%s: missing result: %s", what, tg_last_error());
-    cr_assert_eq(cuda->device, TG_DEVICE_CUDA, "%s: the result left the GPU", what);
-    cr_assert(cuda->dtype == cpu->dtype && tg_same_shape(cuda, cpu), "%s: dtype or shape differs", what);
-    tg_tensor *h = host_copy(tape, cuda);
-    for (int64_t i = 0; i < tg_numel(h); i++) {
-        double got = tg_get_flat(h, i), expected = tg_get_flat(cpu, i);
-        cr_assert(got == expected, "%s: element %lld is %.9g on CUDA, %.9g on the CPU (seed %llu)", what,
-                  (long long)i, got, expected, (unsigned long long)tt_seed());
-    }
-}
 
 /* The lookup on both devices and backward from one random dy; the CUDA twins keep the
  * layouts of table and ids. Compares the result and the table's gradient. */
@@ -43,14 +21,14 @@ static void check_embedding(tg_tensor *table, tg_tensor *ids, const char *what)
     tg_tensor *ic = tt_cuda_twin(gpu, ids, !tg_is_contiguous(ids));
     tg_tensor *y = tg_embedding(cpu, table, ids), *yc = tg_embedding(gpu, tc, ic);
     cr_assert(y && yc, "%s: %s", what, tg_last_error());
-    assert_equal(gpu, yc, y, what);
+    cu_assert_equal(gpu, what, yc, y);
     tg_tensor *dy = tt_randn(cpu, table->dtype, y->ndim, y->shape);
     cr_assert_eq(tg_backward_with_grad(cpu, y, dy), TG_OK, "%s: %s", what, tg_last_error());
     cr_assert_eq(tg_backward_with_grad(gpu, yc, tt_cuda_twin(gpu, dy, false)), TG_OK, "%s: %s", what,
                  tg_last_error());
     char grad_what[160];
     snprintf(grad_what, sizeof grad_what, "%s: dtable", what);
-    assert_equal(gpu, tc->grad, table->grad, grad_what);
+    cu_assert_equal(gpu, grad_what, tc->grad, table->grad);
     tg_tape_free(gpu);
 }
 
@@ -166,7 +144,7 @@ Test(cuda_embedding, two_backward_runs_give_the_same_bits)
         tg_tensor *y = tg_embedding(gpu, tc, tt_cuda_twin(gpu, ids, false));
         cr_assert(y, "%s", tg_last_error());
         cr_assert_eq(tg_backward_with_grad(gpu, y, tt_cuda_twin(gpu, dy, false)), TG_OK, "%s", tg_last_error());
-        grads[run] = host_copy(cpu, tc->grad);
+        grads[run] = cu_host(cpu, tc->grad);
         tg_tape_free(gpu);
     }
     cr_assert_eq(memcmp(tg_data(grads[0]), tg_data(grads[1]), (size_t)(vocab * dim) * sizeof(float)), 0,
@@ -188,7 +166,7 @@ Test(cuda_embedding, empty_ids_give_an_empty_result_and_a_zero_gradient)
               tg_last_error());
     tg_tensor *dy = tg_empty(tape, TG_F32, TG_DEVICE_CUDA, 3, y->shape);
     cr_assert_eq(tg_backward_with_grad(tape, y, dy), TG_OK, "%s", tg_last_error());
-    tg_tensor *h = host_copy(tape, table->grad);
+    tg_tensor *h = cu_host(tape, table->grad);
     for (int64_t i = 0; i < vocab * dim; i++) cr_assert_eq(tg_get_flat(h, i), 0.0);
     tg_tape_free(tape);
 }
@@ -218,7 +196,7 @@ Test(cuda_embedding, bad_ids_are_found_at_their_first_position)
             tt_state s = tt_snapshot(tape);
             tt_assert_failed_with(&s, tg_embedding(tape, table, ic), op, value, where, index, NULL);
         }
-    tg_tensor *h = host_copy(tape, table->grad);
+    tg_tensor *h = cu_host(tape, table->grad);
     for (int64_t i = 0; i < vocab * 4; i++) cr_assert_eq(tg_get_flat(h, i), 0.0);
     tg_tape_free(tape);
 }

@@ -3,7 +3,7 @@
  * shapes that take each way the kernels split the work (a warp or a thread per sum, one
  * pass or chunked partial sums), empty sizes, and bitwise-equal repeated runs. Skipped
  * without a usable GPU. */
-#include "test_util.h"
+#include "cuda_util.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -23,27 +23,6 @@ static const struct {
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
-static tg_tensor *host_copy(tg_tape *tape, const tg_tensor *t)
-{
-    tg_tensor *h = tg_empty(tape, t->dtype, TG_DEVICE_CPU, t->ndim, t->shape);
-    cr_assert(h, "host_copy: %s", tg_last_error());
-    cr_assert_eq(tg_copy(h, t), TG_OK, "host_copy: %s", tg_last_error());
-    return h;
-}
-
-/* Same shape and dtype, on the GPU, and within `tolerance` of the CPU result. */
-static void assert_matches(tg_tape *tape, const tg_tensor *cuda, const tg_tensor *cpu, double tolerance,
-                           const char *what)
-{
-    cr_assert(cuda && cpu, "%s: missing result: %s", what, tg_last_error());
-    cr_assert_eq(cuda->device, TG_DEVICE_CUDA, "%s: the result left the GPU", what);
-    cr_assert_eq(cuda->dtype, cpu->dtype, "%s: dtype differs", what);
-    cr_assert(tg_same_shape(cuda, cpu), "%s: shape differs (ndim %d vs %d)", what, cuda->ndim, cpu->ndim);
-    double error = tt_rel_error(host_copy(tape, cuda), cpu);
-    cr_assert(error <= tolerance, "%s: relative error %g > %g (seed %llu)", what, error, tolerance,
-              (unsigned long long)tt_seed());
-}
-
 static double tolerance_of(tg_dtype dtype) { return dtype == TG_F64 ? 1e-12 : dtype == TG_F32 ? 1e-5 : 1e-2; }
 
 /* The reduction `op` (axis_ops[k] over axis, or all_ops[k] when axis is TG_MAX_DIMS) of
@@ -57,14 +36,14 @@ static void check_reduce(size_t k, tg_tensor *x, int axis, bool keepdim, const c
     tg_tensor *y = axis == ALL ? all_ops[k].fn(cpu, x) : axis_ops[k].fn(cpu, x, axis, keepdim);
     tg_tensor *yc = axis == ALL ? all_ops[k].fn(gpu, xc) : axis_ops[k].fn(gpu, xc, axis, keepdim);
     cr_assert(y && yc, "%s: %s", what, tg_last_error());
-    assert_matches(gpu, yc, y, tolerance_of(x->dtype), what);
+    cu_assert_within(gpu, what, yc, y, tolerance_of(x->dtype));
     tg_tensor *dy = tt_randn(cpu, x->dtype, y->ndim, y->shape);
     cr_assert_eq(tg_backward_with_grad(cpu, y, dy), TG_OK, "%s: %s", what, tg_last_error());
     cr_assert_eq(tg_backward_with_grad(gpu, yc, tt_cuda_twin(gpu, dy, false)), TG_OK, "%s: %s", what,
                  tg_last_error());
     char grad_what[160];
     snprintf(grad_what, sizeof grad_what, "%s: dx", what);
-    assert_matches(gpu, xc->grad, x->grad, tolerance_of(x->dtype), grad_what);
+    cu_assert_within(gpu, grad_what, xc->grad, x->grad, tolerance_of(x->dtype));
     tg_tape_free(gpu);
 }
 
@@ -173,8 +152,8 @@ static void run_on_gpu(tg_tensor *x, int axis, tg_tensor *dy, tg_tensor **y_host
     tg_tensor *yc = axis == ALL ? tg_sum_all(gpu, xc) : tg_sum(gpu, xc, axis, false);
     cr_assert(yc, "%s", tg_last_error());
     cr_assert_eq(tg_backward_with_grad(gpu, yc, tt_cuda_twin(gpu, dy, false)), TG_OK, "%s", tg_last_error());
-    *y_host = host_copy(cpu, yc);
-    *dx_host = host_copy(cpu, xc->grad);
+    *y_host = cu_host(cpu, yc);
+    *dx_host = cu_host(cpu, xc->grad);
     tg_tape_free(gpu);
 }
 
@@ -217,7 +196,7 @@ Test(cuda_reduce, empty_axis_sums_to_zero_and_empty_results_are_fine)
     for (int keepdim = 0; keepdim < 2; keepdim++) {
         tg_tensor *y = tg_sum(tape, x, 1, keepdim);
         cr_assert(y && y->ndim == (keepdim ? 3 : 2) && tg_numel(y) == a * b, "%s", tg_last_error());
-        tg_tensor *h = host_copy(tape, y);
+        tg_tensor *h = cu_host(tape, y);
         for (int64_t i = 0; i < a * b; i++) cr_assert_eq(tg_get_flat(h, i), 0.0, "element %lld", (long long)i);
         cr_assert_eq(tg_backward(tape, tg_sum_all(tape, y)), TG_OK, "%s", tg_last_error());
     }
@@ -239,6 +218,6 @@ Test(cuda_reduce, results_stay_on_their_device)
     tg_tensor *y = tg_sum(tape, x, 0, false), *yc = tg_sum(tape, xc, 0, false);
     cr_assert(y && yc, "%s", tg_last_error());
     cr_assert_eq(y->device, TG_DEVICE_CPU);
-    assert_matches(tape, yc, y, 1e-6, "tg_sum");
+    cu_assert_within(tape, "tg_sum", yc, y, 1e-6);
     tg_tape_free(tape);
 }

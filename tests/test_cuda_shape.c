@@ -2,31 +2,12 @@
  * too), permute and transpose, in f32, bf16 and i32, contiguous and strided, with empty
  * pieces and 100k+ elements; values and gradients must be equal (these ops only move
  * elements). Skipped without a usable GPU. */
-#include "test_util.h"
+#include "cuda_util.h"
 
 #include <stdio.h>
 #include <string.h>
 
 /* ---- helpers ------------------------------------------------------------------------------ */
-
-static tg_tensor *host_copy(tg_tape *tape, const tg_tensor *t)
-{
-    tg_tensor *h = tg_empty(tape, t->dtype, TG_DEVICE_CPU, t->ndim, t->shape);
-    cr_assert(h, "host_copy: %s", tg_last_error());
-    cr_assert_eq(tg_copy(h, t), TG_OK, "host_copy: %s", tg_last_error());
-    return h;
-}
-
-static void assert_equal(tg_tape *tape, const tg_tensor *cuda, const tg_tensor *cpu, const char *what)
-{
-    cr_assert(cuda && cpu, "%s: missing result: %s", what, tg_last_error());
-    cr_assert_eq(cuda->device, TG_DEVICE_CUDA, "%s: the result left the GPU", what);
-    cr_assert(cuda->dtype == cpu->dtype && tg_same_shape(cuda, cpu), "%s: dtype or shape differs", what);
-    tg_tensor *h = host_copy(tape, cuda);
-    for (int64_t i = 0; i < tg_numel(h); i++)
-        cr_assert(tg_get_flat(h, i) == tg_get_flat(cpu, i), "%s: element %lld: %g on CUDA, %g on the CPU (seed %llu)",
-                  what, (long long)i, tg_get_flat(h, i), tg_get_flat(cpu, i), (unsigned long long)tt_seed());
-}
 
 static tg_tensor *random_leaf(tg_tape *tape, tg_dtype dtype, int ndim, const int64_t *shape, bool strided)
 {
@@ -61,9 +42,9 @@ Test(cuda_shape, slice_values_and_gradient_match_cpu)
         char what[128];
         snprintf(what, sizeof what, "tg_slice axis %d [%lld:%lld:%lld] %s", axis, (long long)start, (long long)end,
                  (long long)step, tg_dtype_name(x->dtype));
-        assert_equal(gpu, yc, y, what);
+        cu_assert_equal(gpu, what, yc, y);
         backward_both(cpu, y, gpu, yc, what);
-        assert_equal(gpu, xc->grad, x->grad, what);
+        cu_assert_equal(gpu, what, xc->grad, x->grad);
         tg_tape_free(gpu);
         tg_tape_free(cpu);
     }
@@ -89,9 +70,9 @@ Test(cuda_shape, concat_values_and_gradients_match_cpu)
         tg_tensor *y = tg_concat(cpu, xs, n, axis), *yc = tg_concat(gpu, xcs, n, axis);
         char what[96];
         snprintf(what, sizeof what, "tg_concat of %d along %d, %s", n, axis, tg_dtype_name(dtype));
-        assert_equal(gpu, yc, y, what);
+        cu_assert_equal(gpu, what, yc, y);
         backward_both(cpu, y, gpu, yc, what);
-        for (int i = 0; i < n; i++) assert_equal(gpu, xcs[i]->grad, xs[i]->grad, what);
+        for (int i = 0; i < n; i++) cu_assert_equal(gpu, what, xcs[i]->grad, xs[i]->grad);
         tg_tape_free(gpu);
         tg_tape_free(cpu);
     }
@@ -113,9 +94,9 @@ Test(cuda_shape, split_then_concat_match_cpu)
         tg_tensor *reversed[3] = {pieces[2], pieces[1], pieces[0]};
         tg_tensor *reversed_c[3] = {pieces_c[2], pieces_c[1], pieces_c[0]};
         tg_tensor *y = tg_concat(cpu, reversed, 3, 1), *yc = tg_concat(gpu, reversed_c, 3, 1);
-        assert_equal(gpu, yc, y, "split, concat");
+        cu_assert_equal(gpu, "split, concat", yc, y);
         backward_both(cpu, y, gpu, yc, "split, concat");
-        assert_equal(gpu, xc->grad, x->grad, "split, concat: dx");
+        cu_assert_equal(gpu, "split, concat: dx", xc->grad, x->grad);
         tg_tape_free(gpu);
         tg_tape_free(cpu);
     }
@@ -128,10 +109,9 @@ Test(cuda_shape, i32_tensors_move_on_the_device)
     tg_tensor *a = tt_ids(cpu, 2, (int64_t[]){3, 7}, 1000), *b = tt_ids(cpu, 2, (int64_t[]){2, 7}, 1000);
     tg_tensor *ac = tt_cuda_twin(gpu, a, false), *bc = tt_cuda_twin(gpu, b, false);
     tg_tensor *ab[2] = {a, b}, *abc[2] = {ac, bc};
-    assert_equal(gpu, tg_concat(gpu, abc, 2, 0), tg_concat(cpu, ab, 2, 0), "i32 concat");
+    cu_assert_equal(gpu, "i32 concat", tg_concat(gpu, abc, 2, 0), tg_concat(cpu, ab, 2, 0));
     tg_tensor *t = tg_transpose(cpu, a, 0, 1), *tc = tg_transpose(gpu, ac, 0, 1);
-    assert_equal(gpu, tg_reshape(gpu, tc, 1, (int64_t[]){-1}), tg_reshape(cpu, t, 1, (int64_t[]){-1}),
-                 "i32 reshape of a transpose");
+    cu_assert_equal(gpu, "i32 reshape of a transpose", tg_reshape(gpu, tc, 1, (int64_t[]){-1}), tg_reshape(cpu, t, 1, (int64_t[]){-1}));
     tg_tape_free(gpu);
     tg_tape_free(cpu);
 }
@@ -151,9 +131,9 @@ Test(cuda_shape, reshape_permute_transpose_match_cpu)
         tg_tensor *y = tg_transpose(cpu, tg_reshape(cpu, tg_permute(cpu, x, perm), 2, (int64_t[]){shape[2], -1}), 0, 1);
         tg_tensor *yc =
             tg_transpose(gpu, tg_reshape(gpu, tg_permute(gpu, xc, perm), 2, (int64_t[]){shape[2], -1}), 0, 1);
-        assert_equal(gpu, yc, y, "permute, reshape, transpose");
+        cu_assert_equal(gpu, "permute, reshape, transpose", yc, y);
         backward_both(cpu, y, gpu, yc, "permute, reshape, transpose");
-        assert_equal(gpu, xc->grad, x->grad, "permute, reshape, transpose: dx");
+        cu_assert_equal(gpu, "permute, reshape, transpose: dx", xc->grad, x->grad);
         tg_tape_free(gpu);
         tg_tape_free(cpu);
     }
@@ -172,10 +152,10 @@ Test(cuda_shape, large_concat_and_slice)
     tg_tensor *ab[2] = {a, b}, *abc[2] = {ac, bc};
     tg_tensor *y = tg_slice(cpu, tg_concat(cpu, ab, 2, 1), 1, 5, -3, 2);
     tg_tensor *yc = tg_slice(gpu, tg_concat(gpu, abc, 2, 1), 1, 5, -3, 2);
-    assert_equal(gpu, yc, y, "large concat, slice");
+    cu_assert_equal(gpu, "large concat, slice", yc, y);
     backward_both(cpu, y, gpu, yc, "large concat, slice");
-    assert_equal(gpu, ac->grad, a->grad, "large: da");
-    assert_equal(gpu, bc->grad, b->grad, "large: db");
+    cu_assert_equal(gpu, "large: da", ac->grad, a->grad);
+    cu_assert_equal(gpu, "large: db", bc->grad, b->grad);
     tg_tape_free(gpu);
     tg_tape_free(cpu);
 }
