@@ -98,6 +98,20 @@ __device__ inline void tg_store_raw(char *base, int dtype, int64_t i, double val
 __device__ inline double tg_load_any(const tg_cuda_view &v, int64_t offset) { return tg_load_raw(v.data, v.dtype, offset); }
 __device__ inline void tg_store_any(const tg_cuda_view &v, int64_t offset, double value) { tg_store_raw(v.data, v.dtype, offset, value); }
 
+// Maths in the compute type: float for f32, bf16 and f16 storage, double for f64.
+__device__ inline float tg_exp(float x) { return expf(x); }
+__device__ inline double tg_exp(double x) { return exp(x); }
+__device__ inline float tg_log(float x) { return logf(x); }
+__device__ inline double tg_log(double x) { return log(x); }
+__device__ inline float tg_log1p(float x) { return log1pf(x); }
+__device__ inline double tg_log1p(double x) { return log1p(x); }
+__device__ inline float tg_tanh(float x) { return tanhf(x); }
+__device__ inline double tg_tanh(double x) { return tanh(x); }
+__device__ inline float tg_abs(float x) { return fabsf(x); }
+__device__ inline double tg_abs(double x) { return fabs(x); }
+__device__ inline float tg_sqrt(float x) { return sqrtf(x); }
+__device__ inline double tg_sqrt(double x) { return sqrt(x); }
+
 // Typed conversions for kernels templated over the storage type (float math).
 __device__ inline float tg_to_float(float x) { return x; }
 __device__ inline float tg_to_float(__nv_bfloat16 x) { return __bfloat162float(x); }

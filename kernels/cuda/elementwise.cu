@@ -5,24 +5,13 @@
 #include "kernels/elementwise.h"
 #include "kernels/cuda/strided.cuh"
 
-// ---- scalar maths, for float and double --------------------------------------------------
-
-__device__ inline float math_exp(float x) { return expf(x); }
-__device__ inline double math_exp(double x) { return exp(x); }
-__device__ inline float math_log(float x) { return logf(x); }
-__device__ inline double math_log(double x) { return log(x); }
-__device__ inline float math_log1p(float x) { return log1pf(x); }
-__device__ inline double math_log1p(double x) { return log1p(x); }
-__device__ inline float math_tanh(float x) { return tanhf(x); }
-__device__ inline double math_tanh(double x) { return tanh(x); }
-__device__ inline float math_abs(float x) { return fabsf(x); }
-__device__ inline double math_abs(double x) { return fabs(x); }
+// ---- scalar maths, for float and double (tg_exp and friends: common.cuh) -----------------
 
 // σ(x) = 1 / (1 + e^−x), in the form whose exp cannot overflow.
 template <typename C> __device__ inline C sigmoid_of(C x)
 {
-    if (x >= C(0)) return C(1) / (C(1) + math_exp(-x));
-    C e = math_exp(x);
+    if (x >= C(0)) return C(1) / (C(1) + tg_exp(-x));
+    C e = tg_exp(x);
     return e / (C(1) + e);
 }
 
@@ -31,13 +20,13 @@ template <typename C> __device__ inline C unary_value(int op, C param, C x)
     switch (op) {
     case TG_UNARY_SCALE: return param * x;
     case TG_UNARY_NEG: return -x;
-    case TG_UNARY_EXP: return math_exp(x);
-    case TG_UNARY_LOG: return math_log(x);
-    case TG_UNARY_TANH: return math_tanh(x);
+    case TG_UNARY_EXP: return tg_exp(x);
+    case TG_UNARY_LOG: return tg_log(x);
+    case TG_UNARY_TANH: return tg_tanh(x);
     case TG_UNARY_SIGMOID: return sigmoid_of(x);
     case TG_UNARY_SILU: return x * sigmoid_of(x);
     case TG_UNARY_SOFTPLUS: // log(1 + eˣ), stable
-        return (x > C(0) ? x : C(0)) + math_log1p(math_exp(-math_abs(x)));
+        return (x > C(0) ? x : C(0)) + tg_log1p(tg_exp(-tg_abs(x)));
     case TG_UNARY_RELU: return x > C(0) ? x : C(0);
     }
     return C(NAN);

@@ -131,7 +131,7 @@ __global__ void ce_bwd_kernel(tg_cuda_view logits, tg_cuda_view targets, int32_t
         int64_t start = row_start(logits, row);
         row_lse<Acc> lse = row_logsumexp<Acc>(logits, start, n, shared);
         for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-            Acc p = acc_exp((row_load<Acc>(logits, start + j * step) - lse.max) - lse.log_sum);
+            Acc p = tg_exp((row_load<Acc>(logits, start + j * step) - lse.max) - lse.log_sum);
             row_store(dlogits, dstart + j * dstep, scale * (p - (j == t ? (Acc)1 : (Acc)0)));
         }
     }

@@ -17,7 +17,7 @@ __device__ Acc inverse_rms(const tg_cuda_view &x, int64_t start, int64_t n, Acc 
         Acc v = row_load<Acc>(x, start + j * step);
         sum_sq += v * v;
     }
-    return (Acc)1 / acc_sqrt(block_sum(sum_sq, shared) / (Acc)n + eps);
+    return (Acc)1 / tg_sqrt(block_sum(sum_sq, shared) / (Acc)n + eps);
 }
 
 // y = x · r · w, row by row.

@@ -9,15 +9,6 @@
 
 #include <math.h>
 
-// ---- math in the compute type: float for f32, bf16 and f16 storage, double for f64 -------
-
-__device__ inline float acc_exp(float x) { return expf(x); }
-__device__ inline double acc_exp(double x) { return exp(x); }
-__device__ inline float acc_log(float x) { return logf(x); }
-__device__ inline double acc_log(double x) { return log(x); }
-__device__ inline float acc_sqrt(float x) { return sqrtf(x); }
-__device__ inline double acc_sqrt(double x) { return sqrt(x); }
-
 // Element `offset` of a view, converted to the compute type.
 template <typename Acc> __device__ inline Acc row_load(const tg_cuda_view &v, int64_t offset)
 {
@@ -127,8 +118,8 @@ __device__ inline row_lse<Acc> row_logsumexp(const tg_cuda_view &x, int64_t star
     max = block_reduce<max_op>(max, (Acc)-INFINITY, shared);
     if (isinf(max) || isnan(max)) return {max, (Acc)0};
     Acc sum = 0;
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) sum += acc_exp(row_load<Acc>(x, start + j * step) - max);
-    return {max, acc_log(block_sum(sum, shared))};
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) sum += tg_exp(row_load<Acc>(x, start + j * step) - max);
+    return {max, tg_log(block_sum(sum, shared))};
 }
 
 // The number of multiprocessors of the current device (read once): sizes grids whose

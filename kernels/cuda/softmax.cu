@@ -14,7 +14,7 @@ template <typename Acc> __global__ void softmax_fwd_kernel(tg_cuda_view x, tg_cu
         row_lse<Acc> lse = row_logsumexp<Acc>(x, xo, n, shared);
         for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
             Acc log_p = (row_load<Acc>(x, xo + j * xs) - lse.max) - lse.log_sum;
-            row_store(y, yo + j * ys, log ? log_p : acc_exp(log_p));
+            row_store(y, yo + j * ys, log ? log_p : tg_exp(log_p));
         }
     }
 }
@@ -35,7 +35,7 @@ __global__ void softmax_bwd_kernel(tg_cuda_view y, tg_cuda_view dy, tg_cuda_view
         sum = block_sum(sum, shared);
         for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
             Acc yv = row_load<Acc>(y, yo + j * ys), g = row_load<Acc>(dy, go + j * gs);
-            row_store(dx, dxo + j * dxs, log ? g - acc_exp(yv) * sum : yv * (g - sum));
+            row_store(dx, dxo + j * dxs, log ? g - tg_exp(yv) * sum : yv * (g - sum));
         }
     }
 }
