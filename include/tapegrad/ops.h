@@ -108,6 +108,26 @@ typedef struct {
 tg_tensor *tg_causal_conv1d(tg_tape *tape, tg_tensor *x, tg_tensor *weight,
                             const tg_causal_conv1d_options *options);
 
+/* ---- selective scan (ops/scan.c) -----------------------------------------------------------
+ * The selective state-space scan of Mamba. u, delta: (B, D, L); A: (D, N); Bm, Cm: (B, N, L).
+ *   dt[b,d,t] = softplus(delta + delta_bias[d]) when delta_softplus, else delta (+ bias)
+ *   h[b,d,n,t] = exp(dt·A[d,n])·h[b,d,n,t−1] + dt·Bm[b,n,t]·u[b,d,t]    (h[−1] = initial or 0)
+ *   y[b,d,t]  = Σ_n Cm[b,n,t]·h[b,d,n,t] + Dv[d]·u[b,d,t]
+ *   out       = y · silu(z) when z is given, else y.
+ * The backward keeps only the states at chunk boundaries and recomputes inside each chunk. */
+typedef struct {
+    tg_tensor *Dv;            /* (D) skip, or NULL */
+    tg_tensor *z;             /* (B, D, L) gate, or NULL */
+    tg_tensor *delta_bias;    /* (D), or NULL */
+    bool delta_softplus;
+    tg_tensor *initial_state; /* (B, D, N), or NULL (zeros) */
+    tg_tensor **final_state;  /* if non-NULL, receives h at t = L−1, (B, D, N) */
+    int64_t chunk;            /* steps per recompute chunk in the backward; 0: 64 */
+} tg_selective_scan_options;
+
+tg_tensor *tg_selective_scan(tg_tape *tape, tg_tensor *u, tg_tensor *delta, tg_tensor *A, tg_tensor *Bm,
+                             tg_tensor *Cm, const tg_selective_scan_options *options);
+
 #ifdef __cplusplus
 }
 #endif
