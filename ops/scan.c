@@ -11,9 +11,10 @@
  *   dinitial = Ā_0·δh_0.
  *
  * What is saved: the inputs, plus the state at the start of every chunk of `chunk` steps,
- * (B, D, N, ⌈L/chunk⌉) in the inputs' dtype: D·N·8/chunk bytes per token for f64
- * (D·N·4/chunk for f32) instead of D·N·8 for every state. The backward recomputes the
- * states inside one chunk at a time from these. */
+ * (B, D, N, ⌈L/chunk⌉), in f64 for f64 inputs and f32 otherwise (a bf16 state would put
+ * its rounding into every recomputed step): D·N·8/chunk bytes per token for f64 and
+ * D·N·4/chunk for the others, instead of D·N·8 for every state. The backward recomputes
+ * the states inside one chunk at a time from these. */
 #include "kernels/scan.h"
 
 static const tg_scan_fwd_kernel scan_fwd[TG_DEVICE_COUNT] = TG_KERNELS(tg_cpu_selective_scan_fwd, NULL);
@@ -143,7 +144,7 @@ static tg_tensor *alloc_chunk_states(tg_tape *tape, const tg_tensor *u, const tg
                      (long long)shape[3]);
         return NULL;
     }
-    return tg_empty(tape, u->dtype, u->device, 4, shape);
+    return tg_empty(tape, u->dtype == TG_F64 ? TG_F64 : TG_F32, u->device, 4, shape);
 }
 
 tg_tensor *tg_selective_scan(tg_tape *tape, tg_tensor *u, tg_tensor *delta, tg_tensor *A, tg_tensor *Bm,
