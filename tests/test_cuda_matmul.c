@@ -4,84 +4,9 @@
  * and both gradients; large products; an empty inner dimension; reproducible gradients;
  * and the mixed-device error. Skipped without a GPU. */
 #include "cuda_util.h"
+#include "matmul_cases.h"
 
 #include <stdio.h>
-
-/* ---- inputs ------------------------------------------------------------------------- */
-
-typedef enum {
-    LAYOUT_CONTIGUOUS,
-    LAYOUT_STRIDED,    /* tt_strided_leaf: no unit stride in the matrix, batch axes mixed in */
-    LAYOUT_TRANSPOSED, /* each matrix stored column-major */
-    LAYOUT_PADDED,     /* rows further apart than their length, and a start offset */
-    LAYOUT_COUNT
-} layout;
-
-static const char *const layout_names[LAYOUT_COUNT] = {"contiguous", "strided", "column-major", "padded"};
-
-/* A random CPU leaf requiring a gradient, of the given shape, stored as asked. */
-static tg_tensor *make_input(tg_tape *tape, tg_dtype dtype, int ndim, const int64_t *shape, layout lay)
-{
-    if (lay == LAYOUT_CONTIGUOUS) return tt_leaf(tape, dtype, ndim, shape);
-    if (lay == LAYOUT_STRIDED) return tt_strided_leaf(tape, dtype, ndim, shape);
-    int64_t base_shape[TG_MAX_DIMS], strides[TG_MAX_DIMS], offset = 0;
-    memcpy(base_shape, shape, sizeof(int64_t) * (size_t)ndim);
-    if (lay == LAYOUT_TRANSPOSED) {
-        base_shape[ndim - 2] = shape[ndim - 1];
-        base_shape[ndim - 1] = shape[ndim - 2];
-    } else {
-        offset = tt_randint(1, 3);
-        base_shape[ndim - 1] += offset;
-    }
-    tg_tensor *base = tt_randn(tape, dtype, ndim, base_shape);
-    memcpy(strides, base->strides, sizeof strides);
-    if (lay == LAYOUT_TRANSPOSED) {
-        strides[ndim - 2] = base->strides[ndim - 1];
-        strides[ndim - 1] = base->strides[ndim - 2];
-    }
-    tg_tensor *view = tg_view(tape, base, ndim, shape, strides, offset);
-    cr_assert(view);
-    cr_assert_eq(tg_set_requires_grad(view, true), TG_OK, "%s", tg_last_error());
-    return view;
-}
-
-typedef enum {
-    BATCH_NONE,  /* both 2-D */
-    BATCH_3D,    /* (B, ., .) both */
-    BATCH_4D,    /* (B1, B2, ., .) both */
-    SHARED_B,    /* a (B, ., .), b 2-D */
-    SHARED_B_4D, /* a (B1, B2, ., .), b 2-D */
-    SHARED_A,    /* a 2-D, b (B, ., .) */
-    BATCH_KIND_COUNT
-} batch_kind;
-
-static const char *const batch_names[BATCH_KIND_COUNT] = {"2-D", "3-D", "4-D", "shared b", "shared b 4-D",
-                                                          "shared a"};
-
-typedef struct {
-    int ndim_a, ndim_b;
-    int64_t shape_a[TG_MAX_DIMS], shape_b[TG_MAX_DIMS];
-} case_shapes;
-
-/* Shapes for op(a) (..., M, K) and op(b) (..., K, N), with M, K, N in [min_size, max_size]. */
-static case_shapes random_shapes(batch_kind kind, bool ta, bool tb, int64_t min_size, int64_t max_size)
-{
-    case_shapes s;
-    int64_t batch[2] = {tt_randint(1, 3), tt_randint(1, 3)};
-    int n_batch = kind == BATCH_NONE ? 0 : kind == BATCH_4D || kind == SHARED_B_4D ? 2 : 1;
-    bool a_batched = kind != SHARED_A && kind != BATCH_NONE;
-    bool b_batched = kind == BATCH_3D || kind == BATCH_4D || kind == SHARED_A;
-    int64_t m = tt_randint(min_size, max_size), k = tt_randint(min_size, max_size), n = tt_randint(min_size, max_size);
-    s.ndim_a = 2 + (a_batched ? n_batch : 0);
-    s.ndim_b = 2 + (b_batched ? n_batch : 0);
-    memcpy(s.shape_a, batch, sizeof batch);
-    memcpy(s.shape_b, batch, sizeof batch);
-    s.shape_a[s.ndim_a - 2] = ta ? k : m;
-    s.shape_a[s.ndim_a - 1] = ta ? m : k;
-    s.shape_b[s.ndim_b - 2] = tb ? n : k;
-    s.shape_b[s.ndim_b - 1] = tb ? k : n;
-    return s;
-}
 
 /* ---- the comparison ------------------------------------------------------------------ */
 
@@ -92,8 +17,8 @@ static void compare_case(tg_dtype dtype, const case_shapes *s, bool ta, bool tb,
                          const char *batch)
 {
     tg_tape *tape = tg_tape_create();
-    tg_tensor *a = make_input(tape, dtype, s->ndim_a, s->shape_a, la);
-    tg_tensor *b = make_input(tape, dtype, s->ndim_b, s->shape_b, lb);
+    tg_tensor *a = mm_leaf(tape, dtype, s->ndim_a, s->shape_a, la);
+    tg_tensor *b = mm_leaf(tape, dtype, s->ndim_b, s->shape_b, lb);
     tg_tensor *ca = tt_cuda_twin(tape, a, true), *cb = tt_cuda_twin(tape, b, true);
     char what[256], da[64], db[64];
     snprintf(what, sizeof what, "a %s %s%s, b %s %s%s, %s", tg_describe(a, da, sizeof da), layout_names[la],
@@ -123,7 +48,7 @@ static void compare_kind(batch_kind kind, const layout *a_layouts, int n_a_layou
         for (int t = 0; t < 4; t++)
             for (int l = 0; l < n_a_layouts; l++) {
                 bool ta = t & 1, tb = t & 2;
-                case_shapes s = random_shapes(kind, ta, tb, 1, max_size);
+                case_shapes s = mm_random_shapes(kind, ta, tb, 1, max_size);
                 compare_case(all_dtypes[d], &s, ta, tb, a_layouts[l], (layout)tt_randint(0, LAYOUT_COUNT - 1),
                              batch_names[kind]);
             }
@@ -152,7 +77,7 @@ Test(cuda_matmul, batch_times_shared_matrix_matches_cpu)
         for (int d = 0; d < 4; d++)
             for (int l = 0; l < 2; l++) {
                 bool tb = tt_randint(0, 1);
-                case_shapes s = random_shapes((batch_kind)kind, false, tb, 1, 9);
+                case_shapes s = mm_random_shapes((batch_kind)kind, false, tb, 1, 9);
                 compare_case(all_dtypes[d], &s, false, tb, foldable[l], (layout)tt_randint(0, LAYOUT_COUNT - 1),
                              batch_names[kind]);
             }
@@ -168,7 +93,7 @@ Test(cuda_matmul, shared_matrix_gradient_summed_over_batch_matches_cpu)
     const layout unfoldable[2] = {LAYOUT_STRIDED, LAYOUT_TRANSPOSED};
     compare_kind(SHARED_B, unfoldable, 2, 9);
     for (int d = 0; d < 4; d++) {
-        case_shapes s = random_shapes(SHARED_B_4D, true, false, 1, 9);
+        case_shapes s = mm_random_shapes(SHARED_B_4D, true, false, 1, 9);
         compare_case(all_dtypes[d], &s, true, false, LAYOUT_CONTIGUOUS, LAYOUT_CONTIGUOUS, "shared b 4-D");
     }
 }
@@ -181,7 +106,7 @@ Test(cuda_matmul, large_products_match_cpu)
     const tg_dtype dtypes[2] = {TG_F32, TG_BF16};
     for (int d = 0; d < 2; d++) {
         bool ta = tt_randint(0, 1), tb = tt_randint(0, 1);
-        case_shapes s = random_shapes(BATCH_3D, ta, tb, 1, 1);
+        case_shapes s = mm_random_shapes(BATCH_3D, ta, tb, 1, 1);
         int64_t m = tt_randint(230, 260), k = tt_randint(257, 300), n = tt_randint(150, 170), batch = 3;
         s.shape_a[0] = s.shape_b[0] = batch;
         s.shape_a[1] = ta ? k : m, s.shape_a[2] = ta ? m : k;

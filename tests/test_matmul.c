@@ -1,90 +1,13 @@
 /* tg_matmul: values against a naive triple loop, gradient checks over every transpose
  * combination, batch structure and input layout, lower precisions against f64, empty
  * sizes, and the bad-input matrix. */
-#include "test_util.h"
+#include "matmul_cases.h"
 
 #include "core/internal.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-
-/* ---- inputs ------------------------------------------------------------------------- */
-
-typedef enum {
-    LAYOUT_CONTIGUOUS,
-    LAYOUT_STRIDED,    /* tt_strided_leaf: no unit stride in the matrix, batch axes mixed in */
-    LAYOUT_TRANSPOSED, /* stored with the last two axes swapped (column-major matrices) */
-    LAYOUT_PADDED,     /* rows further apart than their length, and a start offset */
-    LAYOUT_COUNT
-} layout;
-
-static const char *const layout_names[LAYOUT_COUNT] = {"contiguous", "strided", "transposed", "padded"};
-
-/* A random leaf (requiring a gradient) of the given shape, laid out as asked. */
-static tg_tensor *make_leaf(tg_tape *tape, tg_dtype dtype, int ndim, const int64_t *shape, layout lay)
-{
-    if (lay == LAYOUT_CONTIGUOUS) return tt_leaf(tape, dtype, ndim, shape);
-    if (lay == LAYOUT_STRIDED) return tt_strided_leaf(tape, dtype, ndim, shape);
-    int64_t base_shape[TG_MAX_DIMS], strides[TG_MAX_DIMS], offset = 0;
-    memcpy(base_shape, shape, sizeof(int64_t) * (size_t)ndim);
-    if (lay == LAYOUT_TRANSPOSED) {
-        base_shape[ndim - 2] = shape[ndim - 1];
-        base_shape[ndim - 1] = shape[ndim - 2];
-    } else {
-        offset = tt_randint(1, 3);
-        base_shape[ndim - 1] += offset;
-    }
-    tg_tensor *base = tt_randn(tape, dtype, ndim, base_shape);
-    memcpy(strides, base->strides, sizeof strides);
-    if (lay == LAYOUT_TRANSPOSED) {
-        strides[ndim - 2] = base->strides[ndim - 1];
-        strides[ndim - 1] = base->strides[ndim - 2];
-    }
-    tg_tensor *view = tg_view(tape, base, ndim, shape, strides, offset);
-    cr_assert(view);
-    cr_assert_eq(tg_set_requires_grad(view, true), TG_OK, "%s", tg_last_error());
-    return view;
-}
-
-/* How the batch axes of a and b relate. */
-typedef enum {
-    BATCH_NONE,     /* both 2-D */
-    BATCH_3D,       /* (B, ., .) both */
-    BATCH_4D,       /* (B1, B2, ., .) both */
-    SHARED_B,       /* a (B, ., .), b 2-D */
-    SHARED_B_4D,    /* a (B1, B2, ., .), b 2-D */
-    SHARED_A,       /* a 2-D, b (B, ., .) */
-    BATCH_KIND_COUNT
-} batch_kind;
-
-static const char *const batch_names[BATCH_KIND_COUNT] = {"2-D", "3-D", "4-D", "shared b", "shared b 4-D",
-                                                          "shared a"};
-
-typedef struct {
-    int ndim_a, ndim_b;
-    int64_t shape_a[TG_MAX_DIMS], shape_b[TG_MAX_DIMS];
-} case_shapes;
-
-/* Random small shapes: op(a) (..., M, K), op(b) (..., K, N), sizes up to max_size. */
-static case_shapes random_shapes(batch_kind kind, bool ta, bool tb, int64_t max_size)
-{
-    case_shapes s;
-    int64_t batch[2] = {tt_randint(1, 3), tt_randint(1, 3)};
-    int n_batch = kind == BATCH_NONE ? 0 : kind == BATCH_4D || kind == SHARED_B_4D ? 2 : 1;
-    bool a_batched = kind != SHARED_A && kind != BATCH_NONE, b_batched = kind != SHARED_B && kind != SHARED_B_4D &&
-                                                                       kind != BATCH_NONE;
-    int64_t m = tt_randint(1, max_size), k = tt_randint(1, max_size), n = tt_randint(1, max_size);
-    s.ndim_a = 2 + (a_batched ? n_batch : 0);
-    s.ndim_b = 2 + (b_batched ? n_batch : 0);
-    memcpy(s.shape_a, batch, sizeof batch);
-    memcpy(s.shape_b, batch, sizeof batch);
-    s.shape_a[s.ndim_a - 2] = ta ? k : m;
-    s.shape_a[s.ndim_a - 1] = ta ? m : k;
-    s.shape_b[s.ndim_b - 2] = tb ? n : k;
-    s.shape_b[s.ndim_b - 1] = tb ? k : n;
-    return s;
-}
 
 /* ---- the reference ------------------------------------------------------------------ */
 
@@ -153,9 +76,9 @@ Test(matmul, values_match_naive_loop)
         for (int kind = 0; kind < BATCH_KIND_COUNT; kind++) {
             for (int lay = 0; lay < LAYOUT_COUNT; lay++) {
                 tg_tape *tape = tg_tape_create();
-                case_shapes s = random_shapes((batch_kind)kind, ta, tb, 7);
-                tg_tensor *a = make_leaf(tape, TG_F64, s.ndim_a, s.shape_a, (layout)lay);
-                tg_tensor *b = make_leaf(tape, TG_F64, s.ndim_b, s.shape_b, (layout)((lay + flags) % LAYOUT_COUNT));
+                case_shapes s = mm_random_shapes((batch_kind)kind, ta, tb, 1, 7);
+                tg_tensor *a = mm_leaf(tape, TG_F64, s.ndim_a, s.shape_a, (layout)lay);
+                tg_tensor *b = mm_leaf(tape, TG_F64, s.ndim_b, s.shape_b, (layout)((lay + flags) % LAYOUT_COUNT));
                 char what[128];
                 snprintf(what, sizeof what, "ta %d tb %d, %s, a %s", ta, tb, batch_names[kind], layout_names[lay]);
                 assert_matches_naive(what, a, b, ta, tb, tg_matmul(tape, a, b, ta, tb), 1e-12);
@@ -171,9 +94,9 @@ Test(matmul, larger_values_match_naive_loop)
     for (int flags = 0; flags < 4; flags++) {
         bool ta = flags & 1, tb = flags & 2;
         tg_tape *tape = tg_tape_create();
-        case_shapes s = random_shapes(flags % 2 ? SHARED_B : BATCH_3D, ta, tb, 40);
-        tg_tensor *a = make_leaf(tape, TG_F64, s.ndim_a, s.shape_a, (layout)flags);
-        tg_tensor *b = make_leaf(tape, TG_F64, s.ndim_b, s.shape_b, LAYOUT_CONTIGUOUS);
+        case_shapes s = mm_random_shapes(flags % 2 ? SHARED_B : BATCH_3D, ta, tb, 1, 40);
+        tg_tensor *a = mm_leaf(tape, TG_F64, s.ndim_a, s.shape_a, (layout)flags);
+        tg_tensor *b = mm_leaf(tape, TG_F64, s.ndim_b, s.shape_b, LAYOUT_CONTIGUOUS);
         assert_matches_naive("larger", a, b, ta, tb, tg_matmul(tape, a, b, ta, tb), 1e-12);
         tg_tape_free(tape);
     }
@@ -232,9 +155,9 @@ Test(matmul, gradcheck_all_transposes_batches_and_layouts)
         for (int kind = 0; kind < BATCH_KIND_COUNT; kind++) {
             for (int lay = 0; lay < LAYOUT_COUNT; lay++) {
                 tg_tape *tape = tg_tape_create();
-                case_shapes s = random_shapes((batch_kind)kind, f.ta, f.tb, 4);
-                tg_tensor *a = make_leaf(tape, TG_F64, s.ndim_a, s.shape_a, (layout)lay);
-                tg_tensor *b = make_leaf(tape, TG_F64, s.ndim_b, s.shape_b, (layout)((lay + 1) % LAYOUT_COUNT));
+                case_shapes s = mm_random_shapes((batch_kind)kind, f.ta, f.tb, 1, 4);
+                tg_tensor *a = mm_leaf(tape, TG_F64, s.ndim_a, s.shape_a, (layout)lay);
+                tg_tensor *b = mm_leaf(tape, TG_F64, s.ndim_b, s.shape_b, (layout)((lay + 1) % LAYOUT_COUNT));
                 tg_tensor *inputs[3] = {a, b, random_weight_for(tape, TG_F64, a, b, f.ta, f.tb)};
                 char what[128];
                 snprintf(what, sizeof what, "ta %d tb %d, %s, a %s", f.ta, f.tb, batch_names[kind], layout_names[lay]);
@@ -303,7 +226,7 @@ Test(matmul, f32_and_bf16_match_f64_forward_and_backward)
             for (int fl = 0; fl < 4; fl++) {
                 bool ta = fl & 1, tb = fl & 2, transposed_storage = tt_randint(0, 1);
                 tg_tape *tape = tg_tape_create();
-                case_shapes s = random_shapes((batch_kind)kind, ta, tb, 24);
+                case_shapes s = mm_random_shapes((batch_kind)kind, ta, tb, 1, 24);
                 tg_tensor *a64 = tt_randn(tape, TG_F64, s.ndim_a, s.shape_a);
                 tg_tensor *b64 = tt_randn(tape, TG_F64, s.ndim_b, s.shape_b);
                 tg_tensor *a = converted_leaf(tape, a64, dtypes[d], transposed_storage);
