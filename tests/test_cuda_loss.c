@@ -4,46 +4,11 @@
  * reproducible loss and gradient; bad targets named by position like on the CPU; and the
  * mixed-device error. Skipped without a GPU. */
 #include "cuda_util.h"
+#include "loss_cases.h"
 
 #include <stdio.h>
 
 #define IGNORE (-100)
-
-/* targets for logits of `ndim` dims with `shape`: the leading shape, or (1) for 1-D. */
-static int targets_shape(int ndim, const int64_t *shape, int64_t *out)
-{
-    if (ndim == 1) {
-        out[0] = 1;
-        return 1;
-    }
-    for (int i = 0; i < ndim - 1; i++) out[i] = shape[i];
-    return ndim - 1;
-}
-
-/* Random CPU classes in [0, v), a strided view when asked (first two dims swapped, every
- * other element along the last), each set to IGNORE with probability p_ignore. */
-static tg_tensor *random_targets(tg_tape *tape, int ndim, const int64_t *shape, int32_t v, bool strided,
-                                 double p_ignore)
-{
-    tg_tensor *t;
-    if (strided) {
-        int64_t base_shape[TG_MAX_DIMS], strides[TG_MAX_DIMS];
-        memcpy(base_shape, shape, sizeof(int64_t) * (size_t)ndim);
-        if (ndim >= 2) base_shape[0] = shape[1], base_shape[1] = shape[0];
-        base_shape[ndim - 1] *= 2;
-        tg_tensor *base = tt_ids(tape, ndim, base_shape, v);
-        memcpy(strides, base->strides, sizeof strides);
-        strides[ndim - 1] *= 2;
-        if (ndim >= 2) strides[0] = base->strides[1], strides[1] = base->strides[0];
-        t = tg_view(tape, base, ndim, shape, strides, 1);
-        cr_assert(t);
-    } else {
-        t = tt_ids(tape, ndim, shape, v);
-    }
-    for (int64_t i = 0; i < tg_numel(t); i++)
-        if (tg_rng_uniform(tt_rng()) < p_ignore) tg_set_flat(t, i, IGNORE);
-    return t;
-}
 
 /* The loss on the CPU and on CUDA twins of logits and targets (same values, layouts),
  * then backward from the same random upstream gradient: loss and dlogits must agree. */
@@ -51,9 +16,9 @@ static void compare_case(tg_dtype dtype, int ndim, const int64_t *shape, bool st
 {
     tg_tape *tape = tg_tape_create();
     int64_t tshape[TG_MAX_DIMS];
-    int tndim = targets_shape(ndim, shape, tshape);
+    int tndim = lc_targets_shape(ndim, shape, tshape);
     tg_tensor *logits = cu_input(tape, dtype, ndim, shape, strided, true);
-    tg_tensor *targets = random_targets(tape, tndim, tshape, (int32_t)shape[ndim - 1], strided, p_ignore);
+    tg_tensor *targets = lc_random_targets(tape, tndim, tshape, (int32_t)shape[ndim - 1], strided, IGNORE, p_ignore);
     tg_tensor *clogits = tt_cuda_twin(tape, logits, true), *ctargets = tt_cuda_twin(tape, targets, true);
     char what[160], dims[64];
     snprintf(what, sizeof what, "tg_cross_entropy logits %s%s", tg_describe(logits, dims, sizeof dims),
@@ -101,7 +66,7 @@ Test(cuda_cross_entropy, all_rows_ignored_gives_zero_loss_and_zero_gradient)
     tg_tape *tape = tg_tape_create();
     int64_t shape[2] = {tt_randint(1, 50), tt_randint(1, 50)};
     tg_tensor *logits = tt_cuda_twin(tape, tt_leaf(tape, TG_F32, 2, shape), false);
-    tg_tensor *targets = tt_cuda_twin(tape, random_targets(tape, 1, shape, (int32_t)shape[1], false, 1.0), false);
+    tg_tensor *targets = tt_cuda_twin(tape, lc_random_targets(tape, 1, shape, (int32_t)shape[1], false, IGNORE, 1.0), false);
     /* The loss and the gradient start in NaN-filled memory: both must be written. */
     cu_dirty_device_memory(1, TG_F32, 4);
     cu_dirty_device_memory(shape[0] * shape[1], TG_F32, 4);
@@ -120,7 +85,7 @@ Test(cuda_cross_entropy, loss_and_gradient_are_reproducible)
     tg_tape *tape = tg_tape_create();
     int64_t shape[2] = {tt_randint(2000, 3000), tt_randint(500, 1500)};
     tg_tensor *logits = tt_leaf(tape, TG_F32, 2, shape);
-    tg_tensor *targets = tt_cuda_twin(tape, random_targets(tape, 1, shape, (int32_t)shape[1], false, 0.1), false);
+    tg_tensor *targets = tt_cuda_twin(tape, lc_random_targets(tape, 1, shape, (int32_t)shape[1], false, IGNORE, 0.1), false);
     tg_tensor *cl[2], *loss[2];
     for (int run = 0; run < 2; run++) {
         cl[run] = tt_cuda_twin(tape, logits, false);
@@ -152,7 +117,7 @@ Test(cuda_cross_entropy, first_bad_target_is_named_by_position)
         tg_tape *tape = tg_tape_create();
         int64_t shape[3] = {tt_randint(2, 40), tt_randint(2, 40), tt_randint(2, 30)};
         tg_tensor *logits = tt_cuda_twin(tape, tt_leaf(tape, TG_F32, 3, shape), false);
-        tg_tensor *targets = random_targets(tape, 2, shape, (int32_t)shape[2], strided, 0.2);
+        tg_tensor *targets = lc_random_targets(tape, 2, shape, (int32_t)shape[2], strided, IGNORE, 0.2);
         /* Two bad targets: the first in row-major order must be the one named, on the
          * GPU as on the CPU; a negative one that is not ignore_index is bad too. */
         int64_t n = shape[0] * shape[1], first = tt_randint(0, n - 2), second = tt_randint(first + 1, n - 1);
@@ -179,7 +144,7 @@ Test(cuda_cross_entropy, mixed_devices_fail_cleanly)
     tg_tape *tape = tg_tape_create();
     int64_t shape[2] = {3, 5};
     tg_tensor *logits = tt_leaf(tape, TG_F32, 2, shape);
-    tg_tensor *targets = random_targets(tape, 1, shape, 5, false, 0.0);
+    tg_tensor *targets = lc_random_targets(tape, 1, shape, 5, false, IGNORE, 0.0);
     tg_tensor *clogits = tt_cuda_twin(tape, logits, false), *ctargets = tt_cuda_twin(tape, targets, false);
     tt_state s = tt_snapshot(tape);
     tt_assert_failed_with(&s, tg_cross_entropy(tape, clogits, targets, IGNORE), "tg_cross_entropy",

@@ -3,6 +3,7 @@
  * naive formula, stability with huge logits, f32/bf16 against f64, and the bad-input
  * matrix (out-of-range targets named with their position). */
 #include "test_util.h"
+#include "loss_cases.h"
 
 #include "core/internal.h" /* tg_view, for strided i32 targets */
 
@@ -10,41 +11,6 @@
 #include <stdio.h>
 
 #define IGNORE (-100)
-
-/* targets for logits of `ndim` dims with `shape`: the leading shape, or (1) for 1-D. */
-static int targets_shape(int ndim, const int64_t *shape, int64_t *out)
-{
-    if (ndim == 1) {
-        out[0] = 1;
-        return 1;
-    }
-    for (int i = 0; i < ndim - 1; i++) out[i] = shape[i];
-    return ndim - 1;
-}
-
-/* Random classes in [0, v) as i32, a strided view when asked (first two dims swapped,
- * every other element along the last), with each entry set to ignore_index with
- * probability p_ignore. */
-static tg_tensor *random_targets(tg_tape *tape, int ndim, const int64_t *shape, int32_t v, bool strided,
-                                 int32_t ignore_index, double p_ignore)
-{
-    tg_tensor *t = tt_ids(tape, ndim, shape, v);
-    if (strided) {
-        int64_t base_shape[TG_MAX_DIMS], strides[TG_MAX_DIMS];
-        for (int i = 0; i < ndim; i++) base_shape[i] = shape[i];
-        if (ndim >= 2) base_shape[0] = shape[1], base_shape[1] = shape[0];
-        base_shape[ndim - 1] *= 2;
-        tg_tensor *base = tt_ids(tape, ndim, base_shape, v);
-        for (int i = 0; i < ndim; i++) strides[i] = base->strides[i];
-        strides[ndim - 1] *= 2;
-        if (ndim >= 2) strides[0] = base->strides[1], strides[1] = base->strides[0];
-        t = tg_view(tape, base, ndim, shape, strides, 1);
-        cr_assert(t);
-    }
-    for (int64_t i = 0; i < tg_numel(t); i++)
-        if (tg_rng_uniform(tt_rng()) < p_ignore) tg_set_flat(t, i, ignore_index);
-    return t;
-}
 
 /* Naive mean over counted rows of −log_softmax(row)[target], with the row maximum
  * subtracted; *n_valid receives the count. */
@@ -102,9 +68,9 @@ static void check_case(int ndim, const int64_t *shape, bool strided, double p_ig
     loss_params params = {tt_randint(0, 1) ? IGNORE : (int32_t)tt_randint(0, v - 1),
                           0.5 + 3 * tg_rng_uniform(tt_rng())};
     int64_t tshape[TG_MAX_DIMS];
-    int tndim = targets_shape(ndim, shape, tshape);
+    int tndim = lc_targets_shape(ndim, shape, tshape);
     tg_tensor *logits = strided ? tt_strided_leaf(tape, TG_F64, ndim, shape) : tt_leaf(tape, TG_F64, ndim, shape);
-    tg_tensor *targets = random_targets(tape, tndim, tshape, v, strided, params.ignore_index, p_ignore);
+    tg_tensor *targets = lc_random_targets(tape, tndim, tshape, v, strided, params.ignore_index, p_ignore);
     tg_tensor *inputs[2] = {logits, targets};
     char what[128], dims[64];
     snprintf(what, sizeof what, "tg_cross_entropy logits %s ignore %d", tg_describe(logits, dims, sizeof dims),
@@ -138,7 +104,7 @@ Test(cross_entropy, values_and_gradients_match_naive_formula)
         int64_t shape[3] = {tt_randint(1, 4), tt_randint(2, 5), tt_randint(1, 12)}, v = shape[2];
         tg_tensor *logits = strided ? tt_strided_leaf(tape, TG_F64, 3, shape) : tt_leaf(tape, TG_F64, 3, shape);
         tg_fill_normal(logits, tt_rng(), 0.0, 3.0);
-        tg_tensor *targets = random_targets(tape, 2, shape, (int32_t)v, strided, IGNORE, 0.3);
+        tg_tensor *targets = lc_random_targets(tape, 2, shape, (int32_t)v, strided, IGNORE, 0.3);
         int64_t n_valid;
         double expected = naive_cross_entropy(logits, targets, IGNORE, &n_valid);
         tg_tensor *loss = tg_cross_entropy(tape, logits, targets, IGNORE);
@@ -159,7 +125,7 @@ Test(cross_entropy, all_ignored_gives_zero_loss_and_zero_gradient)
     tg_tape *tape = tg_tape_create();
     int64_t shape[2] = {tt_randint(1, 6), tt_randint(1, 6)};
     tg_tensor *logits = tt_leaf(tape, TG_F64, 2, shape);
-    tg_tensor *targets = random_targets(tape, 1, shape, (int32_t)shape[1], false, IGNORE, 1.0);
+    tg_tensor *targets = lc_random_targets(tape, 1, shape, (int32_t)shape[1], false, IGNORE, 1.0);
     tg_tensor *loss = tg_cross_entropy(tape, logits, targets, IGNORE);
     cr_assert(loss, "%s", tg_last_error());
     cr_assert_eq(tg_item(loss), 0.0);
@@ -228,7 +194,7 @@ Test(cross_entropy, f32_and_bf16_match_f64)
     tg_tape *tape = tg_tape_create();
     int64_t shape[2] = {tt_randint(2, 10), tt_randint(2, 40)};
     tg_tensor *x64 = tt_randn(tape, TG_F64, 2, shape);
-    tg_tensor *targets = random_targets(tape, 1, shape, (int32_t)shape[1], false, IGNORE, 0.2);
+    tg_tensor *targets = lc_random_targets(tape, 1, shape, (int32_t)shape[1], false, IGNORE, 0.2);
     const tg_dtype dtypes[2] = {TG_F32, TG_BF16};
     const double tolerance[2] = {1e-5, 1e-2};
     for (int d = 0; d < 2; d++) {
