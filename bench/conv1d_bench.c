@@ -2,6 +2,7 @@
  * copy bandwidth.
  *
  *   conv1d_bench [--quick] [--csv FILE] [--runs N] [--budget-ms MS]
+ *                [--size BxCxL] [--dtype f32|bf16] [--layout cf|cl] [--width K]
  *
  * The kernel entry points are called directly (no tape) on inputs drawn with cuRAND, for
  * every size, dtype, layout and width of the table in docs/benchmarks.md, with bias and
@@ -57,6 +58,9 @@ typedef struct {
     int min_runs;     /* never fewer than this */
     int warmup;       /* untimed runs first */
     double budget_ms; /* device time one measurement should take at most */
+    /* Filters (NULL or 0: all): one size, dtype, layout or width, e.g. to profile one row. */
+    const char *only_size, *only_dtype, *only_layout;
+    int64_t only_width;
 } bench_options;
 
 /* One (size, dtype, layout) case: the rotating sets, and the K-dependent parameters. */
@@ -378,6 +382,7 @@ static bool bench_case_rows(tg_tape *tape, tg_rng *rng, bench_size s, tg_dtype d
     bench_case c = {0};
     bool made = make_sets(tape, rng, &c, dtype, s, layout, l2_bytes);
     for (int k = 0; k < COUNT_OF(bench_widths); k++) {
+        if (o->only_width && o->only_width != bench_widths[k]) continue;
         bench_row r = {.size = s, .dtype = dtype, .layout = layout, .width = bench_widths[k], .non_finite = -1};
         if (!made || !make_parameters(tape, rng, &c, dtype, s.channels, r.width)) {
             r.fwd = r.fwd_bwd = timing_failed(r.fwd, tg_last_error());
@@ -395,6 +400,14 @@ static bool bench_case_rows(tg_tape *tape, tg_rng *rng, bench_size s, tg_dtype d
 
 /* ---- main ------------------------------------------------------------------------------------------ */
 
+static bool selected(const bench_options *o, bench_size s, tg_dtype dtype, bench_layout layout)
+{
+    char shape[48];
+    snprintf(shape, sizeof shape, "%lldx%lldx%lld", (long long)s.batch, (long long)s.channels, (long long)s.length);
+    return (!o->only_size || !strcmp(o->only_size, shape)) && (!o->only_dtype || !strcmp(o->only_dtype, tg_dtype_name(dtype))) &&
+           (!o->only_layout || !strcmp(o->only_layout, layout_names[layout]));
+}
+
 static void usage(void)
 {
     fprintf(stderr, "usage: conv1d_bench [--quick] [--csv FILE] [--runs N] [--budget-ms MS]\n"
@@ -402,7 +415,9 @@ static void usage(void)
                     "  --csv FILE     also write one machine-readable row per case\n"
                     "  --runs N       timed runs per measurement (default 100)\n"
                     "  --budget-ms MS device time one measurement may take before it gets fewer runs\n"
-                    "                 (default 1500; never fewer than 10 runs)\n");
+                    "                 (default 1500; never fewer than 10 runs)\n"
+                    "  --size BxCxL, --dtype f32|bf16, --layout cf|cl, --width K\n"
+                    "                 run only the matching rows (e.g. under a profiler)\n");
 }
 
 static bool parse_options(int argc, char **argv, bench_options *o)
@@ -421,6 +436,15 @@ static bool parse_options(int argc, char **argv, bench_options *o)
             o->max_runs = atoi(argv[++i]);
             if (o->max_runs < 1 || o->max_runs > MAX_RUNS) return false;
             if (o->min_runs > o->max_runs) o->min_runs = o->max_runs;
+        } else if (!strcmp(argv[i], "--size") && has_value) {
+            o->only_size = argv[++i];
+        } else if (!strcmp(argv[i], "--dtype") && has_value) {
+            o->only_dtype = argv[++i];
+        } else if (!strcmp(argv[i], "--layout") && has_value) {
+            o->only_layout = argv[++i];
+        } else if (!strcmp(argv[i], "--width") && has_value) {
+            o->only_width = atoll(argv[++i]);
+            if (o->only_width < 1) return false;
         } else if (!strcmp(argv[i], "--budget-ms") && has_value) {
             o->budget_ms = atof(argv[++i]);
             if (!(o->budget_ms > 0)) return false;
@@ -485,6 +509,7 @@ int main(int argc, char **argv)
     for (int si = 0; device_ok && si < COUNT_OF(bench_sizes); si++)
         for (int di = 0; device_ok && di < COUNT_OF(bench_dtypes); di++)
             for (int li = 0; device_ok && li < LAYOUT_COUNT; li++) {
+                if (!selected(&o, bench_sizes[si], bench_dtypes[di], (bench_layout)li)) continue;
                 device_ok = bench_case_rows(tape, &rng, bench_sizes[si], bench_dtypes[di], (bench_layout)li,
                                             (size_t)prop.l2CacheSize, copy_gbps, host, &o, csv, &failed_rows);
                 tg_tape_reset(tape);

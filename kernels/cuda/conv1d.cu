@@ -7,25 +7,33 @@
 //
 // Two kernel shapes, both one launch for the main work:
 //   row kernels (channel-first: stride 1 along L): a block walks a chunk of one (b, c) row;
-//     each thread owns EPT consecutive steps loaded as 16-byte vectors, plus a K−1 halo read
-//     again from L1. Coalesced along L.
-//   time-walk kernels (channel-last, or any other strides): a thread owns CPT neighbouring
-//     channels and walks T steps in time, keeping the last K−1 inputs in registers. A warp
-//     reads 32·CPT consecutive channels of one step: coalesced along C.
+//     each thread owns EPT consecutive steps loaded as 16-byte vectors and takes the K−1
+//     steps around them from its neighbouring lanes. Coalesced along L.
+//   tile kernels (channel-last, or any other strides): a block stages a tile of 64 channels
+//     × 64 steps (plus the K−1 halo) in shared memory with 16-byte loads along C, all issued
+//     up front; each thread then walks 32 steps of one channel out of shared memory.
 // The backward writes per-block partials of dw and dbias to a workspace, and a second small
 // kernel sums them per channel in a fixed order: no atomics, bitwise-repeatable gradients.
 //
 // K is a template bucket KB ∈ {2, 3, 4, 8, 16} (any K ≤ KB runs in its bucket: the missing
 // look-back taps have weight 0), so the tap loops unroll and the windows stay in registers.
+//
+// The kernels move many bytes and do little arithmetic, but with 16-bit data the arithmetic
+// per byte doubles, and instruction issue, not DRAM, becomes the limit (bench/NOTES.md has
+// the counter readings). So the per-element work is kept lean: the sigmoid is one ex2 and
+// one reciprocal (flush-to-zero forms, no subnormal fix-ups), the activation is chosen by a
+// select rather than a branch, and the row kernels do their 64-bit index maths once per row.
 #include "kernels/conv1d.h"
 #include "kernels/cuda/common.cuh"
 
 namespace {
 
-constexpr int kBlock = 128;     // threads per block
-constexpr int kMaxK = 16;       // the largest kernel width the GPU path takes
-constexpr int kTimeSteps = 32;  // steps each time-walk thread owns
-constexpr int kTimeRows = 4;    // time-walk threads per block along time (blockDim.y)
+constexpr int kBlock = 128;    // threads per block
+constexpr int kMaxK = 16;      // the largest kernel width the GPU path takes
+constexpr int kTileC = 64;     // tile kernels: channels per tile (a warp covers 32 of them)
+constexpr int kTileT = 64;     // tile kernels: steps per tile
+constexpr int kTileLanes = kBlock / kTileC;   // threads per channel, each on its own steps
+constexpr int kLaneSteps = kTileT / kTileLanes; // steps one thread walks per tile
 
 // A rank-3 tensor for the kernels: element pointer and element strides.
 struct t3 {
@@ -69,12 +77,23 @@ template <typename T> __device__ inline void st(const t3 &v, int64_t b, int64_t 
     *(T *)(v.p + (b * v.s0 + c * v.s1 + t * v.s2) * (int64_t)sizeof(T)) = tg_from_float<T>(value);
 }
 
+// Element (b, c, 0) of v.
+template <typename T> __device__ inline T *row_of(const t3 &v, int64_t b, int64_t c)
+{
+    return (T *)(v.p + (b * v.s0 + c * v.s1) * (int64_t)sizeof(T));
+}
+
+// The history (initial state) for a step t < 0, or 0 when there is none.
+template <typename T> __device__ inline float history_at(const conv_args &a, int64_t b, int64_t c, int64_t t)
+{
+    int64_t j = a.K - 1 + t; // index into the initial states
+    return (a.init.p && j >= 0) ? ld<T>(a.init, b, c, j) : 0.0f;
+}
+
 // x at time t (t may be negative: the history, or 0).
 template <typename T> __device__ inline float x_at(const conv_args &a, int64_t b, int64_t c, int64_t t)
 {
-    if (t >= 0) return ld<T>(a.x, b, c, t);
-    int64_t j = a.K - 1 + t; // index into the initial states
-    return (a.init.p && j >= 0) ? ld<T>(a.init, b, c, j) : 0.0f;
+    return t >= 0 ? ld<T>(a.x, b, c, t) : history_at<T>(a, b, c, t);
 }
 
 // The channel's weights by look-back distance (zero past K) and its bias.
@@ -86,23 +105,49 @@ template <typename T, int KB> __device__ inline float load_taps(const conv_args 
     return a.bias ? tg_to_float(((const T *)a.bias)[c * a.bs0]) : 0.0f;
 }
 
-__device__ inline float sigmoid(float z) { return __fdividef(1.0f, 1.0f + __expf(-z)); }
-__device__ inline float activate(float z, bool silu) { return silu ? z * sigmoid(z) : z; }
+// σ(z) = 1 / (1 + 2^(−z·log2 e)) from one ex2 and one reciprocal. The flush-to-zero forms
+// skip the subnormal fix-up sequences of the plain ones; a subnormal 2^(…) only ever meets
+// the 1 it is added to. Large −z gives 2^(…) = inf and σ = 0, as it should.
+__device__ inline float sigmoid(float z)
+{
+    float e, s;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(-1.4426950408889634f * z));
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(s) : "f"(1.0f + e));
+    return s;
+}
+// Both computed, one selected: cheaper than a branch per element in unrolled loops.
+__device__ inline float activate(float z, bool silu)
+{
+    float s = sigmoid(z);
+    return silu ? z * s : z;
+}
 __device__ inline float activation_slope(float z, bool silu)
 {
-    if (!silu) return 1.0f;
     float s = sigmoid(z);
-    return s * (1.0f + z * (1.0f - s));
+    return silu ? s * (1.0f + z * (1.0f - s)) : 1.0f;
 }
 
 template <typename T, int N> struct alignas(sizeof(T) * N) vec {
     T v[N];
 };
 
+template <typename T> __host__ __device__ constexpr int vec_width() { return 16 / (int)sizeof(T); }
+
+// Writes this block's N partial sums for channel c to ws[c][i][part] (part fastest, so the
+// final sum over parts reads contiguous memory).
+__device__ inline void partial_to_workspace(float *ws, int64_t parts, int64_t part, int64_t c, int N, int i, float v)
+{
+    ws[((int64_t)c * N + i) * parts + part] = v;
+}
+
 // ---- row kernels (channel-first) ------------------------------------------------------------
 
-template <typename T> __host__ __device__ constexpr int vec_width() { return 16 / (int)sizeof(T); }
-template <typename T> __host__ __device__ constexpr int row_ept() { return 2 * vec_width<T>(); } // two 16-byte vectors per thread
+// Steps per thread. The forward takes two 16-byte vectors (its few registers leave room);
+// the backward holds x, dout and g around each step, so it takes 8 steps (one vector of
+// 16-bit data) and keeps its registers low enough for ten blocks per SM: its loads are
+// all issued at the start of a pass, and only occupancy hides their latency.
+template <typename T> __host__ __device__ constexpr int row_fwd_ept() { return 2 * vec_width<T>(); }
+template <typename T> __host__ __device__ constexpr int row_bwd_ept() { return 8; }
 
 struct row_plan {
     int64_t chunks; // blocks per row
@@ -115,14 +160,15 @@ struct row_plan {
 // the neighbouring lanes' registers (a shuffle instead of a second read); the first lanes of
 // a warp read theirs from memory (or the history). All 32 lanes must call this.
 template <typename T, int KB, int EPT>
-__device__ inline void left_halo(const conv_args &a, int64_t b, int64_t c, int64_t t0, const float *body, float *halo)
+__device__ inline void left_halo(const conv_args &a, const T *x, int64_t b, int64_t c, int64_t t0, const float *body,
+                                 float *halo)
 {
     const int lane = threadIdx.x % 32;
 #pragma unroll
     for (int m = 1; m < KB; m++) {
         const int q = (m + EPT - 1) / EPT; // step t0 − m is in lane − q's window, at EPT·q − m
         float v = __shfl_up_sync(0xffffffffu, body[EPT * q - m], q);
-        if (lane < q) v = x_at<T>(a, b, c, t0 - m);
+        if (lane < q) v = t0 - m >= 0 ? tg_to_float(x[t0 - m]) : history_at<T>(a, b, c, t0 - m);
         halo[KB - 1 - m] = v;
     }
 }
@@ -130,28 +176,26 @@ __device__ inline void left_halo(const conv_args &a, int64_t b, int64_t c, int64
 // The K−1 steps right of each thread's window, v[t0 + EPT] … v[t0 + EPT + KB − 2], from the
 // next lanes (the last lanes of a warp read theirs; 0 past the end of the row).
 template <typename T, int KB, int EPT>
-__device__ inline void right_halo(const conv_args &a, const t3 &tensor, int64_t b, int64_t c, int64_t t0,
-                                  const float *body, float *halo)
+__device__ inline void right_halo(int64_t L, const T *row, int64_t t0, const float *body, float *halo)
 {
     const int lane = threadIdx.x % 32;
 #pragma unroll
     for (int m = 0; m < KB - 1; m++) {
         const int q = m / EPT + 1; // step t0 + EPT + m is in lane + q's window, at m − EPT·(q − 1)
         float v = __shfl_down_sync(0xffffffffu, body[m - EPT * (q - 1)], q);
-        int64_t t = t0 + EPT + m;
-        if (lane >= 32 - q) v = t < a.L ? ld<T>(tensor, b, c, t) : 0.0f;
-        halo[m] = t < a.L ? v : 0.0f;
+        const int64_t t = t0 + EPT + m;
+        if (lane >= 32 - q) v = t < L ? tg_to_float(row[t]) : 0.0f;
+        halo[m] = t < L ? v : 0.0f;
     }
 }
 
-// win[j] = x[t0 + j] for j in [0, N) (vector loads where aligned and inside the row).
+// win[j] = row[t0 + j] for j in [0, N), 0 past the end (vector loads where aligned and inside
+// the row). The row kernels only run on rows with stride 1 along L (or L = 1).
 template <typename T, int N>
-__device__ inline void load_row(const conv_args &a, const t3 &v, bool vec_ok, int64_t b, int64_t c, int64_t t0,
-                                float *win)
+__device__ inline void load_row(const T *row, bool vec_ok, int64_t L, int64_t t0, float *win)
 {
     constexpr int V = vec_width<T>();
-    const T *row = (const T *)(v.p + (b * v.s0 + c * v.s1) * (int64_t)sizeof(T));
-    if (vec_ok && t0 + N <= a.L) {
+    if (vec_ok && t0 + N <= L) {
 #pragma unroll
         for (int q = 0; q < N / V; q++) {
             vec<T, V> chunk = *(const vec<T, V> *)(row + t0 + q * V);
@@ -160,37 +204,52 @@ __device__ inline void load_row(const conv_args &a, const t3 &v, bool vec_ok, in
         }
     } else {
 #pragma unroll
-        for (int e = 0; e < N; e++) win[e] = t0 + e < a.L ? tg_to_float(row[(t0 + e) * v.s2]) : 0.0f;
+        for (int e = 0; e < N; e++) win[e] = t0 + e < L ? tg_to_float(row[t0 + e]) : 0.0f;
     }
 }
 
+// 16 bytes of T from V floats, as one uint4: storing that is always a single 16-byte store
+// (a struct of V elements may be split into narrower stores by the compiler).
+__device__ inline unsigned pack2(float lo, float hi, __nv_bfloat16)
+{
+    __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
+    return *(unsigned *)&pair;
+}
+__device__ inline unsigned pack2(float lo, float hi, __half)
+{
+    __half2 pair = __floats2half2_rn(lo, hi);
+    return *(unsigned *)&pair;
+}
+template <typename T> __device__ inline uint4 pack16(const float *v)
+{
+    if constexpr (sizeof(T) == 4)
+        return make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]), __float_as_uint(v[3]));
+    else
+        return make_uint4(pack2(v[0], v[1], T()), pack2(v[2], v[3], T()), pack2(v[4], v[5], T()), pack2(v[6], v[7], T()));
+}
+
 template <typename T, int N>
-__device__ inline void store_row(const conv_args &a, const t3 &v, bool vec_ok, int64_t b, int64_t c, int64_t t0,
-                                 const float *values)
+__device__ inline void store_row(T *row, bool vec_ok, int64_t L, int64_t t0, const float *values)
 {
     constexpr int V = vec_width<T>();
-    T *row = (T *)(v.p + (b * v.s0 + c * v.s1) * (int64_t)sizeof(T));
-    if (vec_ok && t0 + N <= a.L) {
+    if (vec_ok && t0 + N <= L) {
 #pragma unroll
-        for (int q = 0; q < N / V; q++) {
-            vec<T, V> chunk;
-#pragma unroll
-            for (int e = 0; e < V; e++) chunk.v[e] = tg_from_float<T>(values[q * V + e]);
-            *(vec<T, V> *)(row + t0 + q * V) = chunk;
-        }
+        for (int q = 0; q < N / V; q++) *(uint4 *)(row + t0 + q * V) = pack16<T>(values + q * V);
     } else {
 #pragma unroll
         for (int e = 0; e < N; e++)
-            if (t0 + e < a.L) row[(t0 + e) * v.s2] = tg_from_float<T>(values[e]);
+            if (t0 + e < L) row[t0 + e] = tg_from_float<T>(values[e]);
     }
 }
 
 template <typename T, int KB>
 __global__ void __launch_bounds__(kBlock) row_fwd(conv_args a, row_plan plan)
 {
-    constexpr int EPT = row_ept<T>();
+    constexpr int EPT = row_fwd_ept<T>();
     const int64_t row = blockIdx.x / plan.chunks, chunk = blockIdx.x % plan.chunks;
     const int64_t b = row / a.C, c = row % a.C;
+    const T *x = row_of<T>(a.x, b, c);
+    T *y = row_of<T>(a.y, b, c);
     float wl[KB];
     const float bias = load_taps<T, KB>(a, c, wl);
     for (int pass = 0; pass < plan.passes; pass++) {
@@ -198,8 +257,8 @@ __global__ void __launch_bounds__(kBlock) row_fwd(conv_args a, row_plan plan)
         if (base >= a.L) break; // uniform across the block
         const int64_t t0 = base + (int64_t)threadIdx.x * EPT;
         float win[KB - 1 + EPT]; // x[t0 − (KB−1)] … x[t0 + EPT − 1]
-        load_row<T, EPT>(a, a.x, plan.vec_x, b, c, t0, win + KB - 1);
-        left_halo<T, KB, EPT>(a, b, c, t0, win + KB - 1, win);
+        load_row<T, EPT>(x, plan.vec_x, a.L, t0, win + KB - 1);
+        left_halo<T, KB, EPT>(a, x, b, c, t0, win + KB - 1, win);
         if (t0 >= a.L) continue;
         float out[EPT];
 #pragma unroll
@@ -209,14 +268,14 @@ __global__ void __launch_bounds__(kBlock) row_fwd(conv_args a, row_plan plan)
             for (int i = 0; i < KB; i++) z += wl[i] * win[KB - 1 + e - i];
             out[e] = activate(z, a.silu);
         }
-        store_row<T, EPT>(a, a.y, plan.vec_y, b, c, t0, out);
+        store_row<T, EPT>(y, plan.vec_y, a.L, t0, out);
     }
 }
 
 // Sums each of the block's N partials over its threads (fixed shuffle tree, then warps in
-// order) and writes them to ws[part][c][0 … N).
+// order) and writes them to the workspace.
 template <int N>
-__device__ inline void block_partials_to_workspace(float (&partial)[N], float *ws, int64_t part, int64_t C, int64_t c)
+__device__ inline void block_partials_to_workspace(float (&partial)[N], float *ws, int64_t parts, int64_t part, int64_t c)
 {
     __shared__ float warp_sums[kBlock / 32][kMaxK + 1];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -231,18 +290,22 @@ __device__ inline void block_partials_to_workspace(float (&partial)[N], float *w
     if (threadIdx.x < N) {
         float sum = 0.0f;
         for (int w = 0; w < (int)(blockDim.x / 32); w++) sum += warp_sums[w][threadIdx.x];
-        ws[(part * C + c) * N + threadIdx.x] = sum;
+        partial_to_workspace(ws, parts, part, c, N, threadIdx.x, sum);
     }
 }
 
 template <typename T, int KB>
 __global__ void __launch_bounds__(kBlock) row_bwd(conv_args a, row_plan plan, float *ws)
 {
-    constexpr int EPT = row_ept<T>();
+    constexpr int EPT = row_bwd_ept<T>();
     const int64_t row = blockIdx.x / plan.chunks, chunk = blockIdx.x % plan.chunks;
     const int64_t b = row / a.C, c = row % a.C;
+    const T *x = row_of<T>(a.x, b, c), *dout = row_of<T>(a.y, b, c);
+    T *dx_row = row_of<T>(a.dx, b, c);
     float wl[KB];
     const float bias = load_taps<T, KB>(a, c, wl);
+    // The last K−1 steps also get the final states' gradient: dfinal[j] is x[L − (K−1) + j]'s.
+    const int64_t final_from = a.dfinal.p ? a.L - (a.K - 1) : a.L;
     float partial[KB + 1]; // dwl[0 … KB−1], dbias
 #pragma unroll
     for (int i = 0; i <= KB; i++) partial[i] = 0.0f;
@@ -253,11 +316,11 @@ __global__ void __launch_bounds__(kBlock) row_bwd(conv_args a, row_plan plan, fl
         // x over [t0 − (KB−1), t0 + EPT + KB − 1): enough to rebuild z on [t0, t0 + EPT + KB − 1)
         float xw[EPT + 2 * (KB - 1)];
         float g[EPT + KB - 1]; // dout, then g, on [t0, t0 + EPT + KB − 1); 0 past the end
-        load_row<T, EPT>(a, a.x, plan.vec_x, b, c, t0, xw + KB - 1);
-        load_row<T, EPT>(a, a.y, plan.vec_y, b, c, t0, g);
-        left_halo<T, KB, EPT>(a, b, c, t0, xw + KB - 1, xw);
-        right_halo<T, KB, EPT>(a, a.x, b, c, t0, xw + KB - 1, xw + KB - 1 + EPT);
-        right_halo<T, KB, EPT>(a, a.y, b, c, t0, g, g + EPT);
+        load_row<T, EPT>(x, plan.vec_x, a.L, t0, xw + KB - 1);
+        load_row<T, EPT>(dout, plan.vec_y, a.L, t0, g);
+        left_halo<T, KB, EPT>(a, x, b, c, t0, xw + KB - 1, xw);
+        right_halo<T, KB, EPT>(a.L, x, t0, xw + KB - 1, xw + KB - 1 + EPT);
+        right_halo<T, KB, EPT>(a.L, dout, t0, g, g + EPT);
         if (t0 >= a.L) continue;
 #pragma unroll
         for (int j = 0; j < EPT + KB - 1; j++) { // g = dout · act'(z), z rebuilt from x
@@ -266,211 +329,189 @@ __global__ void __launch_bounds__(kBlock) row_bwd(conv_args a, row_plan plan, fl
             for (int i = 0; i < KB; i++) z += wl[i] * xw[KB - 1 + j - i];
             g[j] *= activation_slope(z, a.silu); // dout is 0 past the end, so g is too
         }
+        // Steps past the end have g = 0, so they add nothing to the partials: no bounds test.
         float dx[EPT];
 #pragma unroll
         for (int e = 0; e < EPT; e++) {
             float d = 0.0f;
 #pragma unroll
             for (int i = 0; i < KB; i++) d += wl[i] * g[e + i];
-            int64_t s = t0 + e, j = s - (a.L - (a.K - 1)); // final state j is x[L − (K−1) + j]
-            if (a.dfinal.p && j >= 0 && s < a.L) d += ld<T>(a.dfinal, b, c, j);
             dx[e] = d;
-            if (s < a.L) {
-                partial[KB] += g[e];
+            partial[KB] += g[e];
 #pragma unroll
-                for (int i = 0; i < KB; i++) partial[i] += g[e] * xw[KB - 1 + e - i];
+            for (int i = 0; i < KB; i++) partial[i] += g[e] * xw[KB - 1 + e - i];
+        }
+        if (t0 + EPT > final_from) { // only the threads holding the last K−1 steps
+#pragma unroll
+            for (int e = 0; e < EPT; e++) {
+                const int64_t s = t0 + e;
+                if (s >= final_from && s < a.L) dx[e] += ld<T>(a.dfinal, b, c, s - final_from);
             }
         }
-        store_row<T, EPT>(a, a.dx, plan.vec_dx, b, c, t0, dx);
+        store_row<T, EPT>(dx_row, plan.vec_dx, a.L, t0, dx);
     }
-    block_partials_to_workspace<KB + 1>(partial, ws, b * plan.chunks + chunk, a.C, c);
+    block_partials_to_workspace<KB + 1>(partial, ws, a.B * plan.chunks, b * plan.chunks + chunk, c);
 }
 
-// ---- time-walk kernels (channel-last or any strides) ----------------------------------------------
+// ---- tile kernels (channel-last or any strides) ---------------------------------------------------
 
-// Channels per thread: a 16-byte vector for narrow K; fewer where registers would run out.
-template <typename T, int KB> __host__ __device__ constexpr int walk_cpt() { return KB <= 4 ? 16 / (int)sizeof(T) : KB <= 8 ? 4 : 2; }
-
-struct walk_plan {
-    int64_t time_blocks; // blocks along L
-    bool vec_x, vec_y, vec_dx; // stride 1 along C and aligned for CPT-wide vectors
+struct tile_plan {
+    int64_t time_blocks;    // blocks along L
+    int64_t channel_blocks; // blocks along C
+    int passes;             // tiles each block walks along L, one after the other
+    bool vec_x, vec_y;      // x (dout) has stride 1 along C and 16-byte aligned channel vectors
 };
 
-template <typename T, int CPT, bool VEC>
-__device__ inline void load_channels(const conv_args &a, const t3 &v, int64_t b, int64_t c0, int64_t t,
-                                     float (&out)[CPT])
+// 16 bytes from global to shared memory without passing through registers (cp.async): the
+// whole tile's loads are in flight at once, and no register holds them.
+__device__ inline void copy16_async(void *shared, const void *global)
 {
-    const T *p = (const T *)(v.p + (b * v.s0 + c0 * v.s1 + t * v.s2) * (int64_t)sizeof(T));
-    if (VEC && c0 + CPT <= a.C) {
-        vec<T, CPT> chunk = *(const vec<T, CPT> *)p;
-#pragma unroll
-        for (int q = 0; q < CPT; q++) out[q] = tg_to_float(chunk.v[q]);
-    } else {
-#pragma unroll
-        for (int q = 0; q < CPT; q++) out[q] = c0 + q < a.C ? tg_to_float(p[q * v.s1]) : 0.0f;
-    }
+    const unsigned address = (unsigned)__cvta_generic_to_shared(shared);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(global));
 }
+__device__ inline void copies_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
 
-template <typename T, int CPT, bool VEC>
-__device__ inline void store_channels(const conv_args &a, const t3 &v, int64_t b, int64_t c0, int64_t t,
-                                      const float (&values)[CPT])
+// dst[r][j] = v[b, c0 + j, t_first + r], for r < ROWS and j < kTileC: 0 past the end of C or
+// L; before step 0, x's history (X_HISTORY) or 0. Every thread of the block takes part; the
+// caller waits (copies_wait_all, then a barrier) before reading. With `vectorised` (stride 1
+// along C, aligned), vectors inside the tensor are copied 16 bytes at a time; the vectors
+// at the edges (history, past the end of C or L) and the odd layouts go element by element.
+template <typename T, int ROWS, bool X_HISTORY>
+__device__ inline void stage_tile(const conv_args &a, const t3 &v, bool vectorised, int64_t b, int64_t c0,
+                                  int64_t t_first, T (*dst)[kTileC])
 {
-    T *p = (T *)(v.p + (b * v.s0 + c0 * v.s1 + t * v.s2) * (int64_t)sizeof(T));
-    if (VEC && c0 + CPT <= a.C) {
-        vec<T, CPT> chunk;
-#pragma unroll
-        for (int q = 0; q < CPT; q++) chunk.v[q] = tg_from_float<T>(values[q]);
-        *(vec<T, CPT> *)p = chunk;
-    } else {
-#pragma unroll
-        for (int q = 0; q < CPT; q++)
-            if (c0 + q < a.C) p[q * v.s1] = tg_from_float<T>(values[q]);
-    }
-}
-
-// x at time t for the thread's channels: the history for t < 0.
-template <typename T, int CPT, bool VEC>
-__device__ inline void load_x_or_history(const conv_args &a, int64_t b, int64_t c0, int64_t t, float (&out)[CPT])
-{
-    if (t >= 0) {
-        load_channels<T, CPT, VEC>(a, a.x, b, c0, t, out);
-        return;
-    }
-#pragma unroll
-    for (int q = 0; q < CPT; q++) out[q] = c0 + q < a.C ? x_at<T>(a, b, c0 + q, t) : 0.0f;
-}
-
-// VEC: x, out (and dout, dx) have stride 1 along C and aligned channel vectors. The
-// other layouts take VEC = false, instantiated for the widest bucket only.
-template <typename T, int KB, bool VEC>
-__global__ void __launch_bounds__(32 * kTimeRows) walk_fwd(conv_args a, walk_plan plan)
-{
-    constexpr int CPT = walk_cpt<T, KB>();
-    const int64_t c0 = ((int64_t)blockIdx.y * blockDim.x + threadIdx.x) * CPT;
-    const int64_t t0 = ((int64_t)blockIdx.x * kTimeRows + threadIdx.y) * kTimeSteps;
-    const int64_t b = blockIdx.z;
-    if (c0 >= a.C || t0 >= a.L) return;
-    float wl[CPT][KB], bias[CPT];
-#pragma unroll
-    for (int q = 0; q < CPT; q++) {
-        int64_t c = c0 + q < a.C ? c0 + q : a.C - 1; // channels past C are computed but never stored
-        bias[q] = load_taps<T, KB>(a, c, wl[q]);
-    }
-    float hist[KB][CPT]; // hist[KB−1] is x[t]; hist[KB−1−i] is x[t−i]
-#pragma unroll
-    for (int j = 0; j < KB - 1; j++) load_x_or_history<T, CPT, VEC>(a, b, c0, t0 - (KB - 1) + j, hist[j]);
-    const int64_t t_end = t0 + kTimeSteps < a.L ? t0 + kTimeSteps : a.L;
-    for (int64_t t = t0; t < t_end; t++) {
-        load_channels<T, CPT, VEC>(a, a.x, b, c0, t, hist[KB - 1]);
-        float out[CPT];
-#pragma unroll
-        for (int q = 0; q < CPT; q++) {
-            float z = bias[q];
-#pragma unroll
-            for (int i = 0; i < KB; i++) z += wl[q][i] * hist[KB - 1 - i][q];
-            out[q] = activate(z, a.silu);
+    constexpr int V = vec_width<T>();
+    constexpr int VPR = kTileC / V; // vectors per tile row
+    for (int idx = threadIdx.x; idx < ROWS * VPR; idx += kBlock) {
+        const int r = idx / VPR, j = idx % VPR * V;
+        const int64_t t = t_first + r, c = c0 + j;
+        if (vectorised && t >= 0 && t < a.L && c + V <= a.C) {
+            copy16_async(&dst[r][j], v.p + (b * v.s0 + c * v.s1 + t * v.s2) * (int64_t)sizeof(T));
+            continue;
         }
-        store_channels<T, CPT, VEC>(a, a.y, b, c0, t, out);
-#pragma unroll
-        for (int j = 0; j < KB - 1; j++)
-#pragma unroll
-            for (int q = 0; q < CPT; q++) hist[j][q] = hist[j + 1][q];
+        for (int e = 0; e < V; e++) {
+            const bool inside = c + e < a.C && t < a.L;
+            float value = !inside ? 0.0f
+                          : t >= 0 ? ld<T>(v, b, c + e, t)
+                          : X_HISTORY ? history_at<T>(a, b, c + e, t) : 0.0f;
+            dst[r][j + e] = tg_from_float<T>(value); // exact: the value came from a T
+        }
     }
 }
 
-template <typename T, int KB, bool VEC>
-__global__ void __launch_bounds__(32 * kTimeRows) walk_bwd(conv_args a, walk_plan plan, float *ws)
+template <typename T, int KB>
+__global__ void __launch_bounds__(kBlock) tile_fwd(conv_args a, tile_plan plan)
 {
-    constexpr int CPT = walk_cpt<T, KB>();
-    const int64_t c0 = ((int64_t)blockIdx.y * blockDim.x + threadIdx.x) * CPT;
-    const int64_t t0 = ((int64_t)blockIdx.x * kTimeRows + threadIdx.y) * kTimeSteps;
-    const int64_t b = blockIdx.z;
-    const bool active = c0 < a.C && t0 < a.L;
-    float partial[CPT][KB + 1];
+    __shared__ alignas(16) T xs[kTileT + KB - 1][kTileC]; // x at t0 − (KB−1) … t0 + kTileT − 1
+    const int cl = threadIdx.x % kTileC, r0 = threadIdx.x / kTileC * kLaneSteps;
+    const int64_t c0 = (int64_t)blockIdx.y * kTileC, b = blockIdx.z, c = c0 + cl;
+    const bool active = c < a.C;
+    float wl[KB];
+    const float bias = load_taps<T, KB>(a, active ? c : a.C - 1, wl);
+    for (int pass = 0; pass < plan.passes; pass++) {
+        const int64_t t0 = ((int64_t)blockIdx.x * plan.passes + pass) * kTileT;
+        if (t0 >= a.L) break; // uniform across the block
+        __syncthreads();      // the previous tile is no longer read
+        stage_tile<T, kTileT + KB - 1, true>(a, a.x, plan.vec_x, b, c0, t0 - (KB - 1), xs);
+        copies_wait_all();
+        __syncthreads();
+        if (!active) continue;
+        float win[KB]; // win[KB−1−i] = x[t − i]
 #pragma unroll
-    for (int q = 0; q < CPT; q++)
+        for (int j = 0; j < KB - 1; j++) win[j + 1] = tg_to_float(xs[r0 + j][cl]);
+        T *out = (T *)a.y.p + (b * a.y.s0 + c * a.y.s1 + (t0 + r0) * a.y.s2);
 #pragma unroll
-        for (int i = 0; i <= KB; i++) partial[q][i] = 0.0f;
-    if (active) {
-        float wl[CPT][KB], bias[CPT];
+        for (int s = 0; s < kLaneSteps; s++) {
 #pragma unroll
-        for (int q = 0; q < CPT; q++) bias[q] = load_taps<T, KB>(a, c0 + q < a.C ? c0 + q : a.C - 1, wl[q]);
-        float hist[KB][CPT];  // x[t−KB+1 … t]
-        float grads[KB][CPT]; // g[t−KB+1 … t]
+            for (int j = 0; j < KB - 1; j++) win[j] = win[j + 1];
+            win[KB - 1] = tg_to_float(xs[r0 + s + KB - 1][cl]);
+            float z = bias;
+#pragma unroll
+            for (int i = 0; i < KB; i++) z += wl[i] * win[KB - 1 - i];
+            if (t0 + r0 + s < a.L) out[s * a.y.s2] = tg_from_float<T>(activate(z, a.silu));
+        }
+    }
+}
+
+// Each thread walks its kLaneSteps steps and the K−1 after them: g = dout·act'(z) at every
+// step, and dx for a step as soon as the K values of g it needs are known, K−1 steps later.
+// (The K−1 extra steps of g are the next thread's first ones, recomputed: cheaper than a
+// second pass through shared memory.)
+template <typename T, int KB>
+__global__ void __launch_bounds__(kBlock) tile_bwd(conv_args a, tile_plan plan, float *ws)
+{
+    __shared__ alignas(16) T xs[kTileT + 2 * (KB - 1)][kTileC]; // x at t0 − (KB−1) … t0 + kTileT + KB − 2
+    __shared__ alignas(16) T ds[kTileT + KB - 1][kTileC];       // dout at t0 … t0 + kTileT + KB − 2
+    const int cl = threadIdx.x % kTileC, lane = threadIdx.x / kTileC, r0 = lane * kLaneSteps;
+    const int64_t c0 = (int64_t)blockIdx.y * kTileC, b = blockIdx.z, c = c0 + cl;
+    const bool active = c < a.C;
+    float wl[KB];
+    const float bias = load_taps<T, KB>(a, active ? c : a.C - 1, wl);
+    const int64_t final_from = a.dfinal.p ? a.L - (a.K - 1) : a.L; // as in row_bwd
+    float partial[KB + 1]; // dwl[0 … KB−1], dbias
+#pragma unroll
+    for (int i = 0; i <= KB; i++) partial[i] = 0.0f;
+    for (int pass = 0; pass < plan.passes; pass++) {
+        const int64_t t0 = ((int64_t)blockIdx.x * plan.passes + pass) * kTileT;
+        if (t0 >= a.L) break; // uniform across the block
+        __syncthreads();      // the previous tile is no longer read
+        stage_tile<T, kTileT + 2 * (KB - 1), true>(a, a.x, plan.vec_x, b, c0, t0 - (KB - 1), xs);
+        stage_tile<T, kTileT + KB - 1, false>(a, a.y, plan.vec_y, b, c0, t0, ds);
+        copies_wait_all();
+        __syncthreads();
+        if (!active) continue;
+        float win[KB]; // win[KB−1−i] = x[t − i]
+        float gw[KB];  // gw[KB−1−i] = g[t − i]
 #pragma unroll
         for (int j = 0; j < KB - 1; j++) {
-            load_x_or_history<T, CPT, VEC>(a, b, c0, t0 - (KB - 1) + j, hist[j]);
-#pragma unroll
-            for (int q = 0; q < CPT; q++) grads[j][q] = 0.0f; // g before t0 is not this thread's
+            win[j + 1] = tg_to_float(xs[r0 + j][cl]);
+            gw[j + 1] = 0.0f; // never read: dx starts once K values of g are in
         }
-        // Walk t over [t0, t0 + T + KB − 1): at step t, g[t] is new and dx[t − KB + 1] complete.
-        const int64_t t_last = t0 + kTimeSteps + KB - 1;
-        const int64_t own_end = t0 + kTimeSteps < a.L ? t0 + kTimeSteps : a.L;
-        for (int64_t t = t0; t < t_last; t++) {
-            const bool inside = t < a.L;
-            float dout[CPT];
-            if (inside) {
-                load_channels<T, CPT, VEC>(a, a.x, b, c0, t, hist[KB - 1]);
-                load_channels<T, CPT, VEC>(a, a.y, b, c0, t, dout);
+        T *dx = (T *)a.dx.p + (b * a.dx.s0 + c * a.dx.s1 + (t0 + r0) * a.dx.s2);
+#pragma unroll
+        for (int s = 0; s < kLaneSteps + KB - 1; s++) { // step t = t0 + r0 + s
+#pragma unroll
+            for (int j = 0; j < KB - 1; j++) {
+                win[j] = win[j + 1];
+                gw[j] = gw[j + 1];
             }
+            win[KB - 1] = tg_to_float(xs[r0 + s + KB - 1][cl]);
+            float z = bias;
 #pragma unroll
-            for (int q = 0; q < CPT; q++) {
-                float gq = 0.0f;
-                if (inside) {
-                    float z = bias[q];
+            for (int i = 0; i < KB; i++) z += wl[i] * win[KB - 1 - i];
+            const float g = tg_to_float(ds[r0 + s][cl]) * activation_slope(z, a.silu); // 0 past the end
+            gw[KB - 1] = g;
+            if (s < kLaneSteps) { // this thread's own steps (the later ones are the next thread's)
+                partial[KB] += g;
 #pragma unroll
-                    for (int i = 0; i < KB; i++) z += wl[q][i] * hist[KB - 1 - i][q];
-                    gq = dout[q] * activation_slope(z, a.silu);
-                }
-                grads[KB - 1][q] = gq;
-                if (t < own_end) {
-                    partial[q][KB] += gq;
-#pragma unroll
-                    for (int i = 0; i < KB; i++) partial[q][i] += gq * hist[KB - 1 - i][q];
-                }
+                for (int i = 0; i < KB; i++) partial[i] += g * win[KB - 1 - i];
             }
-            const int64_t s = t - (KB - 1); // dx[s] = Σ_i wl[i]·g[s+i]: all of g[s … t] is known
-            if (s >= t0 && s < own_end) {
-                float dx[CPT];
-                const int64_t j = s - (a.L - (a.K - 1));
+            if (s >= KB - 1) { // dx[u] = Σ_i wl[i]·g[u + i], u = s − (KB − 1)
+                const int u = s - (KB - 1);
+                float d = 0.0f;
 #pragma unroll
-                for (int q = 0; q < CPT; q++) {
-                    float d = 0.0f;
-#pragma unroll
-                    for (int i = 0; i < KB; i++) d += wl[q][i] * grads[i][q]; // grads[i] = g[s + i]
-                    if (a.dfinal.p && j >= 0 && c0 + q < a.C) d += ld<T>(a.dfinal, b, c0 + q, j);
-                    dx[q] = d;
-                }
-                store_channels<T, CPT, VEC>(a, a.dx, b, c0, s, dx);
+                for (int i = 0; i < KB; i++) d += wl[i] * gw[i];
+                const int64_t t = t0 + r0 + u;
+                if (t >= final_from && t < a.L) d += ld<T>(a.dfinal, b, c, t - final_from);
+                if (t < a.L) dx[u * a.dx.s2] = tg_from_float<T>(d);
             }
-#pragma unroll
-            for (int j = 0; j < KB - 1; j++)
-#pragma unroll
-                for (int q = 0; q < CPT; q++) {
-                    hist[j][q] = hist[j + 1][q];
-                    grads[j][q] = grads[j + 1][q];
-                }
         }
     }
-    // Sum the partials over the block's time rows (threadIdx.y) in order, then write them.
-    constexpr int N = CPT * (KB + 1);
-    __shared__ float rows[kTimeRows][32][N];
-#pragma unroll
-    for (int q = 0; q < CPT; q++)
-#pragma unroll
-        for (int i = 0; i <= KB; i++) rows[threadIdx.y][threadIdx.x][q * (KB + 1) + i] = partial[q][i];
+    // The block's partials: the time lanes of each channel summed in order (through xs,
+    // which no thread reads any more once all have passed the barrier).
     __syncthreads();
-    if (threadIdx.y == 0 && c0 < a.C) {
-        const int64_t part = b * plan.time_blocks + blockIdx.x;
+    static_assert(sizeof(float) * kTileLanes * (KB + 1) * kTileC <= sizeof(xs), "the partials fit in xs");
+    float(*sums)[KB + 1][kTileC] = (float(*)[KB + 1][kTileC])(void *)&xs[0][0];
 #pragma unroll
-        for (int q = 0; q < CPT; q++) {
-            if (c0 + q >= a.C) break;
+    for (int i = 0; i <= KB; i++) sums[lane][i][cl] = partial[i];
+    __syncthreads();
+    if (lane == 0 && active) {
+        const int64_t parts = a.B * plan.time_blocks, part = b * plan.time_blocks + blockIdx.x;
 #pragma unroll
-            for (int i = 0; i <= KB; i++) {
-                float sum = 0.0f;
-                for (int r = 0; r < kTimeRows; r++) sum += rows[r][threadIdx.x][q * (KB + 1) + i];
-                ws[(part * a.C + c0 + q) * (KB + 1) + i] = sum;
-            }
+        for (int i = 0; i <= KB; i++) {
+            float sum = 0.0f;
+            for (int l = 0; l < kTileLanes; l++) sum += sums[l][i][cl];
+            partial_to_workspace(ws, parts, part, c, KB + 1, i, sum);
         }
     }
 }
@@ -507,18 +548,24 @@ template <typename T> __global__ void initial_grad_kernel(conv_args a, t3 diniti
     }
 }
 
-// dw[c, K−1−i] and dbias[c] from ws[part][c][0 … KB], summed over parts in order.
+// dw[c, K−1−i] and dbias[c] from ws[c][i][0 … parts): one warp per output, its lanes taking
+// every 32nd part and then a fixed shuffle tree, so the order of the sum never changes.
 __global__ void sum_partials_kernel(const float *ws, int64_t parts, int64_t C, int K, int KB, char *dw, int64_t dws0,
                                     int64_t dws1, char *db, int64_t dbs0, int dtype)
 {
     const int64_t n = C * (KB + 1);
-    for (int64_t idx = tg_global_index(); idx < n; idx += tg_global_stride()) {
-        int64_t c = idx / (KB + 1);
-        int i = (int)(idx % (KB + 1));
-        bool is_bias = i == KB;
-        if ((is_bias && !db) || (!is_bias && (i >= K || !dw))) continue;
+    const int lane = threadIdx.x % 32;
+    for (int64_t idx = tg_global_index() / 32; idx < n; idx += tg_global_stride() / 32) {
+        const int64_t c = idx / (KB + 1);
+        const int i = (int)(idx % (KB + 1));
+        const bool is_bias = i == KB;
+        if ((is_bias && !db) || (!is_bias && (i >= K || !dw))) continue; // uniform across the warp
+        const float *row = ws + idx * parts;
         float sum = 0.0f;
-        for (int64_t p = 0; p < parts; p++) sum += ws[(p * C + c) * (KB + 1) + i];
+        for (int64_t p = lane; p < parts; p += 32) sum += row[p];
+#pragma unroll
+        for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+        if (lane != 0) continue;
         if (is_bias) tg_store_raw(db, dtype, c * dbs0, sum);
         else tg_store_raw(dw, dtype, c * dws0 + (K - 1 - i) * dws1, sum);
     }
@@ -567,9 +614,10 @@ bool channels_vectorisable(const tg_tensor *t, int cpt)
     return t->strides[1] == 1 && address % bytes == 0 && t->strides[0] % cpt == 0 && t->strides[2] % cpt == 0;
 }
 
-template <typename T> row_plan make_row_plan(const conv_args &a, const tg_tensor *x, const tg_tensor *y, const tg_tensor *dx)
+template <typename T, int EPT>
+row_plan make_row_plan(const conv_args &a, const tg_tensor *x, const tg_tensor *y, const tg_tensor *dx)
 {
-    constexpr int EPT = row_ept<T>(), V = vec_width<T>();
+    constexpr int V = vec_width<T>();
     int64_t threads = (a.L + EPT - 1) / EPT;
     int block = threads >= kBlock ? kBlock : (int)((threads + 31) / 32 * 32);
     row_plan plan = {};
@@ -587,22 +635,30 @@ template <typename T> row_plan make_row_plan(const conv_args &a, const tg_tensor
 
 int row_block(const row_plan &plan, int ept) { return plan.chunk_len / ept; }
 
-template <typename T, int KB> walk_plan make_walk_plan(const conv_args &a, const tg_tensor *x, const tg_tensor *y, const tg_tensor *dx)
+// Tiles of kTileT steps; a block walks several of them (its weights and setup then serve more
+// steps, and the backward leaves fewer partials to sum), as long as the grid keeps about
+// 16384 blocks: some 8 waves on a 132-SM card, so the last, partly filled wave costs little.
+// (With 2–3 waves, a third of the last one idle showed as 30% of the time.)
+template <typename T> tile_plan make_tile_plan(const conv_args &a, const tg_tensor *x, const tg_tensor *y)
 {
-    constexpr int CPT = walk_cpt<T, KB>();
-    walk_plan plan = {};
-    plan.time_blocks = (a.L + (int64_t)kTimeSteps * kTimeRows - 1) / ((int64_t)kTimeSteps * kTimeRows);
-    plan.vec_x = channels_vectorisable(x, CPT);
-    plan.vec_y = channels_vectorisable(y, CPT);
-    plan.vec_dx = channels_vectorisable(dx, CPT);
+    constexpr int V = vec_width<T>();
+    constexpr int64_t kWantedBlocks = 16384;
+    tile_plan plan = {};
+    plan.channel_blocks = (a.C + kTileC - 1) / kTileC;
+    const int64_t tiles = (a.L + kTileT - 1) / kTileT;
+    const int64_t others = plan.channel_blocks * a.B;
+    const int64_t wanted_time_blocks = (kWantedBlocks + others - 1) / others;
+    const int64_t passes = tiles / wanted_time_blocks;
+    plan.passes = (int)(passes < 1 ? 1 : passes > 32 ? 32 : passes);
+    plan.time_blocks = (tiles + plan.passes - 1) / plan.passes;
+    plan.vec_x = channels_vectorisable(x, V);
+    plan.vec_y = channels_vectorisable(y, V);
     return plan;
 }
 
-template <typename T, int KB> dim3 walk_grid(const conv_args &a, const walk_plan &plan)
+dim3 tile_grid(const conv_args &a, const tile_plan &plan)
 {
-    constexpr int CPT = walk_cpt<T, KB>();
-    int64_t channel_blocks = (a.C + 32 * CPT - 1) / (32 * CPT);
-    return dim3((unsigned)plan.time_blocks, (unsigned)channel_blocks, (unsigned)a.B);
+    return dim3((unsigned)plan.time_blocks, (unsigned)plan.channel_blocks, (unsigned)a.B);
 }
 
 tg_status too_large(const conv_args &a)
@@ -611,10 +667,9 @@ tg_status too_large(const conv_args &a)
                         (long long)a.B, (long long)a.C, (long long)a.L);
 }
 
-template <typename T, int KB> bool fits_walk_grid(const conv_args &a, const walk_plan &plan)
+bool fits_tile_grid(const conv_args &a, const tile_plan &plan)
 {
-    dim3 grid = walk_grid<T, KB>(a, plan);
-    return plan.time_blocks < INT32_MAX && grid.y <= 65535 && a.B <= 65535 && grid.x == plan.time_blocks;
+    return plan.time_blocks <= INT32_MAX && plan.channel_blocks <= 65535 && a.B <= 65535;
 }
 
 bool fits_row_grid(const conv_args &a, const row_plan &plan) { return a.B * a.C * plan.chunks <= INT32_MAX; }
@@ -654,19 +709,13 @@ tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *fina
 {
     conv_args a = make_args(in, out, NULL, NULL);
     if (time_contiguous(in->x) && time_contiguous(out)) {
-        row_plan plan = make_row_plan<T>(a, in->x, out, NULL);
+        row_plan plan = make_row_plan<T, row_fwd_ept<T>()>(a, in->x, out, NULL);
         if (!fits_row_grid(a, plan)) return too_large(a);
-        row_fwd<T, KB><<<(unsigned)(a.B * a.C * plan.chunks), row_block(plan, row_ept<T>())>>>(a, plan);
+        row_fwd<T, KB><<<(unsigned)(a.B * a.C * plan.chunks), row_block(plan, row_fwd_ept<T>())>>>(a, plan);
     } else {
-        walk_plan plan = make_walk_plan<T, KB>(a, in->x, out, NULL);
-        if (plan.vec_x && plan.vec_y) {
-            if (!fits_walk_grid<T, KB>(a, plan)) return too_large(a);
-            walk_fwd<T, KB, true><<<walk_grid<T, KB>(a, plan), dim3(32, kTimeRows)>>>(a, plan);
-        } else {
-            walk_plan generic = make_walk_plan<T, kMaxK>(a, in->x, out, NULL);
-            if (!fits_walk_grid<T, kMaxK>(a, generic)) return too_large(a);
-            walk_fwd<T, kMaxK, false><<<walk_grid<T, kMaxK>(a, generic), dim3(32, kTimeRows)>>>(a, generic);
-        }
+        tile_plan plan = make_tile_plan<T>(a, in->x, NULL);
+        if (!fits_tile_grid(a, plan)) return too_large(a);
+        tile_fwd<T, KB><<<tile_grid(a, plan), kBlock>>>(a, plan);
     }
     tg_status status = tg_cuda_check_launch("tg_causal_conv1d");
     if (status == TG_OK && final_states && a.K > 1) {
@@ -684,33 +733,27 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
     const bool rows = time_contiguous(in->x) && time_contiguous(dout) && time_contiguous(dx);
     int64_t parts;
     row_plan rplan = {};
-    walk_plan wplan = {};
+    tile_plan tplan = {};
     if (rows) {
-        rplan = make_row_plan<T>(a, in->x, dout, dx);
+        rplan = make_row_plan<T, row_bwd_ept<T>()>(a, in->x, dout, dx);
         parts = a.B * rplan.chunks;
         if (!fits_row_grid(a, rplan)) return too_large(a);
     } else {
-        wplan = make_walk_plan<T, KB>(a, in->x, dout, dx);
-        parts = a.B * wplan.time_blocks;
-        if (!fits_walk_grid<T, KB>(a, wplan)) return too_large(a);
-    }
-    const bool vec_walk = wplan.vec_x && wplan.vec_y && wplan.vec_dx;
-    if (!rows && !vec_walk) { /* odd layouts: the generic time walk, in the widest bucket */
-        if (KB != kMaxK) return backward_kernels<T, kMaxK>(in, dout, dfinal, dx, dweight, dbias, dinitial);
+        tplan = make_tile_plan<T>(a, in->x, dout);
+        parts = a.B * tplan.time_blocks;
+        if (!fits_tile_grid(a, tplan)) return too_large(a);
     }
     size_t ws_bytes = (size_t)(parts * a.C * (KB + 1)) * sizeof(float);
     float *ws = NULL;
     tg_status status = tg_device_alloc(TG_DEVICE_CUDA, ws_bytes, (void **)&ws);
     if (status != TG_OK) return status;
     if (rows)
-        row_bwd<T, KB><<<(unsigned)(a.B * a.C * rplan.chunks), row_block(rplan, row_ept<T>())>>>(a, rplan, ws);
-    else if (vec_walk)
-        walk_bwd<T, KB, true><<<walk_grid<T, KB>(a, wplan), dim3(32, kTimeRows)>>>(a, wplan, ws);
-    else if constexpr (KB == kMaxK) // (other buckets were sent here above)
-        walk_bwd<T, KB, false><<<walk_grid<T, KB>(a, wplan), dim3(32, kTimeRows)>>>(a, wplan, ws);
+        row_bwd<T, KB><<<(unsigned)(a.B * a.C * rplan.chunks), row_block(rplan, row_bwd_ept<T>())>>>(a, rplan, ws);
+    else
+        tile_bwd<T, KB><<<tile_grid(a, tplan), kBlock>>>(a, tplan, ws);
     status = tg_cuda_check_launch("tg_causal_conv1d backward");
     if (status == TG_OK && (dweight || dbias)) {
-        sum_partials_kernel<<<tg_blocks_for(a.C * (KB + 1)), TG_THREADS>>>(
+        sum_partials_kernel<<<tg_blocks_for(32 * a.C * (KB + 1)), TG_THREADS>>>(
             ws, parts, a.C, a.K, KB, dweight ? tg_bytes(dweight) : NULL, dweight ? dweight->strides[0] : 0,
             dweight ? dweight->strides[1] : 0, dbias ? tg_bytes(dbias) : NULL, dbias ? dbias->strides[0] : 0,
             (int)in->x->dtype);
