@@ -52,6 +52,13 @@ tg_status tg_cpu_selective_scan_fwd(const tg_scan_args *args, tg_tensor *out, tg
 tg_status tg_cpu_selective_scan_bwd(const tg_scan_args *args, const tg_tensor *chunk_states, const tg_tensor *dout,
                                     const tg_tensor *dfinal, const tg_scan_grads *grads);
 
+/* The CUDA kernels (kernels/cuda/scan.cu): f32, bf16 and f16 storage with float32 maths and
+ * f32 chunk states, N ≤ 16; other dtypes and larger N fail with a message. */
+tg_status tg_cuda_selective_scan_fwd(const tg_scan_args *args, tg_tensor *out, tg_tensor *final_state,
+                                     tg_tensor *chunk_states);
+tg_status tg_cuda_selective_scan_bwd(const tg_scan_args *args, const tg_tensor *chunk_states, const tg_tensor *dout,
+                                     const tg_tensor *dfinal, const tg_scan_grads *grads);
+
 #ifdef __cplusplus
 }
 #endif

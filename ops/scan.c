@@ -17,8 +17,10 @@
  * the states inside one chunk at a time from these. */
 #include "kernels/scan.h"
 
-static const tg_scan_fwd_kernel scan_fwd[TG_DEVICE_COUNT] = TG_KERNELS(tg_cpu_selective_scan_fwd, NULL);
-static const tg_scan_bwd_kernel scan_bwd[TG_DEVICE_COUNT] = TG_KERNELS(tg_cpu_selective_scan_bwd, NULL);
+static const tg_scan_fwd_kernel scan_fwd[TG_DEVICE_COUNT] =
+    TG_KERNELS(tg_cpu_selective_scan_fwd, TG_CUDA_KERNEL(tg_cuda_selective_scan_fwd));
+static const tg_scan_bwd_kernel scan_bwd[TG_DEVICE_COUNT] =
+    TG_KERNELS(tg_cpu_selective_scan_bwd, TG_CUDA_KERNEL(tg_cuda_selective_scan_bwd));
 
 static const char *const OP = "tg_selective_scan";
 
