@@ -60,7 +60,8 @@ static tg_status check_selective_copy(const char *fn, const tg_selective_copy_co
 {
     tg_status status = check_vocab(fn, c->vocab, 3, "it needs noise, a marker and at least one data token");
     if (status != TG_OK) return status;
-    if (c->n_copy < 1) return tg_set_error(TG_ERR_INVALID, "%s: n_copy is %lld; it must be ≥ 1", fn, (long long)c->n_copy);
+    if (c->n_copy < 1)
+        return tg_set_error(TG_ERR_INVALID, "%s: n_copy is %lld; it must be ≥ 1", fn, (long long)c->n_copy);
     if (seq_len / 2 < c->n_copy)
         return tg_set_error(TG_ERR_INVALID,
                             "%s: seq_len %lld is shorter than 2 · n_copy = %lld (n_copy data tokens, then "

@@ -94,7 +94,8 @@ void tg_text_free(tg_text *text);
 int64_t tg_text_vocab_size(const tg_text *text);
 /* Characters in a split (or -1 for a bad argument). */
 int64_t tg_text_length(const tg_text *text, tg_text_split split);
-/* A split's ids (tg_text_length of them); NULL for a bad argument. */
+/* A split's ids (tg_text_length of them); NULL for a bad argument. The splits are two
+ * ranges of one array: the validation ids follow the training ids in memory. */
 const int32_t *tg_text_ids(const tg_text *text, tg_text_split split);
 /* The character (code point or byte) with this id, or -1 when id is out of range. */
 int64_t tg_text_char(const tg_text *text, int32_t id);
