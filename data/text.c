@@ -123,14 +123,14 @@ static tg_status decode_all(const char *fn, const char *name, tg_text *text, con
 
 /* Turns the marks in `table` into ids (ascending characters get ascending ids), fills
  * text->chars, and rewrites text->ids from characters to ids. */
-static tg_status assign_ids(tg_text *text, int32_t *table, int64_t range)
+static tg_status assign_ids(const char *fn, tg_text *text, int32_t *table, int64_t range)
 {
     text->vocab = 0;
     for (int64_t c = 0; c < range; c++)
         if (table[c]) table[c] = (int32_t)text->vocab++;
         else table[c] = -1;
     text->chars = malloc((size_t)text->vocab * sizeof *text->chars);
-    if (!text->chars) return tg_set_error(TG_ERR_NOMEM, "tg_text_load: out of memory for the vocabulary");
+    if (!text->chars) return tg_set_error(TG_ERR_NOMEM, "%s: out of memory for the vocabulary", fn);
     for (int64_t c = 0; c < range; c++)
         if (table[c] >= 0) text->chars[table[c]] = (int32_t)c;
     for (int64_t i = 0; i < text->length; i++) text->ids[i] = table[text->ids[i]];
@@ -156,7 +156,7 @@ static tg_text *build(const char *fn, const char *name, const unsigned char *s, 
         text->unit = o.unit;
         status = decode_all(fn, name, text, s, size, table);
     }
-    if (status == TG_OK) status = assign_ids(text, table, range);
+    if (status == TG_OK) status = assign_ids(fn, text, table, range);
     free(table);
     if (status != TG_OK) {
         tg_text_free(text);
