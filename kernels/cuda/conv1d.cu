@@ -32,8 +32,6 @@ constexpr int kBlock = 128;    // threads per block
 constexpr int kMaxK = 16;      // the largest kernel width the GPU path takes
 constexpr int kTileC = 64;     // tile kernels: channels per tile (a warp covers 32 of them)
 constexpr int kTileT = 64;     // tile kernels: steps per tile
-constexpr int kTileLanes = kBlock / kTileC;   // threads per channel, each on its own steps
-constexpr int kLaneSteps = kTileT / kTileLanes; // steps one thread walks per tile
 
 // A rank-3 tensor for the kernels: element pointer and element strides.
 struct t3 {
@@ -140,14 +138,25 @@ __device__ inline void partial_to_workspace(float *ws, int64_t parts, int64_t pa
     ws[((int64_t)c * N + i) * parts + part] = v;
 }
 
+// 16 bytes from global to shared memory without passing through registers (cp.async): the
+// whole tile's loads are in flight at once, and no register holds them.
+__device__ inline void copy16_async(void *shared, const void *global)
+{
+    const unsigned address = (unsigned)__cvta_generic_to_shared(shared);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(global));
+}
+__device__ inline void copies_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
+// Closes the group of copies issued since the last commit (possibly none).
+__device__ inline void copies_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// Waits until at most one committed group is still in flight: the one issued last.
+__device__ inline void copies_wait_all_but_last() { asm volatile("cp.async.wait_group 1;\n" ::); }
+
 // ---- row kernels (channel-first) ------------------------------------------------------------
 
-// Steps per thread. The forward takes two 16-byte vectors (its few registers leave room);
-// the backward holds x, dout and g around each step, so it takes 8 steps (one vector of
-// 16-bit data) and keeps its registers low enough for ten blocks per SM: its loads are
-// all issued at the start of a pass, and only occupancy hides their latency.
+// Steps per thread: two 16-byte vectors, so the per-pass work (halos, indices) is spread
+// over 8 (f32) or 16 (16-bit) steps.
 template <typename T> __host__ __device__ constexpr int row_fwd_ept() { return 2 * vec_width<T>(); }
-template <typename T> __host__ __device__ constexpr int row_bwd_ept() { return 8; }
+template <typename T> __host__ __device__ constexpr int row_bwd_ept() { return 2 * vec_width<T>(); }
 
 struct row_plan {
     int64_t chunks; // blocks per row
@@ -208,8 +217,9 @@ __device__ inline void load_row(const T *row, bool vec_ok, int64_t L, int64_t t0
     }
 }
 
-// 16 bytes of T from V floats, as one uint4: storing that is always a single 16-byte store
-// (a struct of V elements may be split into narrower stores by the compiler).
+// 16 bytes of T from V floats, as one uint4, stored by store16 in one 16-byte instruction.
+// (Written in plain C++, the compiler merged the vector store with the scalar tail path
+// and split it into four 4-byte stores, which halved the forward's speed.)
 __device__ inline unsigned pack2(float lo, float hi, __nv_bfloat16)
 {
     __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
@@ -228,13 +238,19 @@ template <typename T> __device__ inline uint4 pack16(const float *v)
         return make_uint4(pack2(v[0], v[1], T()), pack2(v[2], v[3], T()), pack2(v[4], v[5], T()), pack2(v[6], v[7], T()));
 }
 
+__device__ inline void store16(void *global, uint4 v)
+{
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(global), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                 : "memory");
+}
+
 template <typename T, int N>
 __device__ inline void store_row(T *row, bool vec_ok, int64_t L, int64_t t0, const float *values)
 {
     constexpr int V = vec_width<T>();
     if (vec_ok && t0 + N <= L) {
 #pragma unroll
-        for (int q = 0; q < N / V; q++) *(uint4 *)(row + t0 + q * V) = pack16<T>(values + q * V);
+        for (int q = 0; q < N / V; q++) store16(row + t0 + q * V, pack16<T>(values + q * V));
     } else {
 #pragma unroll
         for (int e = 0; e < N; e++)
@@ -294,14 +310,66 @@ __device__ inline void block_partials_to_workspace(float (&partial)[N], float *w
     }
 }
 
+// The backward's pass over a chunk of CH = blockDim·EPT steps of one row, staged in shared
+// memory: x over [t0 − HV·V, t0 + CH + HV·V) and dout over [t0, t0 + CH + HV·V), HV whole
+// vectors of halo (at least K−1 steps). cp.async copies them without registers, and the
+// next pass's copies are issued before this pass is computed (double buffering), so loads
+// are in flight all the time without a high occupancy. The edges (history before step 0,
+// zeros past the end, unaligned rows) are written element by element.
+template <typename T, bool X_HISTORY>
+__device__ inline void stage_row(const conv_args &a, const T *row, bool vec_ok, int64_t b, int64_t c, int64_t first,
+                                 int vectors, T *dst)
+{
+    constexpr int V = vec_width<T>();
+    for (int k = threadIdx.x; k < vectors; k += blockDim.x) {
+        const int64_t t = first + (int64_t)k * V;
+        if (vec_ok && t >= 0 && t + V <= a.L) {
+            copy16_async(dst + k * V, row + t);
+            continue;
+        }
+        for (int e = 0; e < V; e++) {
+            const int64_t u = t + e;
+            const float value = u >= a.L ? 0.0f : u >= 0 ? tg_to_float(row[u]) : X_HISTORY ? history_at<T>(a, b, c, u) : 0.0f;
+            dst[k * V + e] = tg_from_float<T>(value); // exact: the value came from a T
+        }
+    }
+}
+
+// out[j] = src[j] as float for j < N, read as 16-byte vectors (src 16-byte aligned).
+template <typename T, int N> __device__ inline void read_shared(const T *src, float *out)
+{
+    constexpr int V = vec_width<T>();
+    static_assert(N % V == 0, "whole vectors");
+#pragma unroll
+    for (int q = 0; q < N / V; q++) {
+        uint4 raw = *(const uint4 *)(src + q * V);
+        const T *values = (const T *)&raw;
+#pragma unroll
+        for (int e = 0; e < V; e++) out[q * V + e] = tg_to_float(values[e]);
+    }
+}
+
+template <typename T, int KB> struct row_bwd_shape {
+    static constexpr int V = vec_width<T>();
+    static constexpr int EPT = row_bwd_ept<T>();
+    static constexpr int HV = (KB - 1 + V - 1) / V;   // halo vectors on each side
+    static constexpr int CH = kBlock * EPT;           // steps per pass (at most)
+    static constexpr int XN = CH + 2 * HV * V;         // x elements staged
+    static constexpr int DN = CH + HV * V;             // dout elements staged
+};
+
 template <typename T, int KB>
 __global__ void __launch_bounds__(kBlock) row_bwd(conv_args a, row_plan plan, float *ws)
 {
-    constexpr int EPT = row_bwd_ept<T>();
+    using S = row_bwd_shape<T, KB>;
+    constexpr int EPT = S::EPT, V = S::V, HV = S::HV;
+    __shared__ alignas(16) T xs[2][S::XN];
+    __shared__ alignas(16) T ds[2][S::DN];
     const int64_t row = blockIdx.x / plan.chunks, chunk = blockIdx.x % plan.chunks;
     const int64_t b = row / a.C, c = row % a.C;
     const T *x = row_of<T>(a.x, b, c), *dout = row_of<T>(a.y, b, c);
     T *dx_row = row_of<T>(a.dx, b, c);
+    const int ch = plan.chunk_len; // blockDim.x · EPT
     float wl[KB];
     const float bias = load_taps<T, KB>(a, c, wl);
     // The last K−1 steps also get the final states' gradient: dfinal[j] is x[L − (K−1) + j]'s.
@@ -309,46 +377,59 @@ __global__ void __launch_bounds__(kBlock) row_bwd(conv_args a, row_plan plan, fl
     float partial[KB + 1]; // dwl[0 … KB−1], dbias
 #pragma unroll
     for (int i = 0; i <= KB; i++) partial[i] = 0.0f;
+    auto stage = [&](int pass, int buf) {
+        const int64_t base = (chunk * plan.passes + pass) * ch;
+        if (pass < plan.passes && base < a.L) {
+            stage_row<T, true>(a, x, plan.vec_x, b, c, base - HV * V, ch / V + 2 * HV, xs[buf]);
+            stage_row<T, false>(a, dout, plan.vec_y, b, c, base, ch / V + HV, ds[buf]);
+        }
+        copies_commit();
+    };
+    stage(0, 0);
     for (int pass = 0; pass < plan.passes; pass++) {
-        const int64_t base = (chunk * plan.passes + pass) * plan.chunk_len;
+        const int64_t base = (chunk * plan.passes + pass) * ch;
         if (base >= a.L) break; // uniform across the block
+        const int buf = pass & 1;
+        stage(pass + 1, buf ^ 1); // in flight while this pass computes
+        copies_wait_all_but_last();
+        __syncthreads();
         const int64_t t0 = base + (int64_t)threadIdx.x * EPT;
-        // x over [t0 − (KB−1), t0 + EPT + KB − 1): enough to rebuild z on [t0, t0 + EPT + KB − 1)
-        float xw[EPT + 2 * (KB - 1)];
-        float g[EPT + KB - 1]; // dout, then g, on [t0, t0 + EPT + KB − 1); 0 past the end
-        load_row<T, EPT>(x, plan.vec_x, a.L, t0, xw + KB - 1);
-        load_row<T, EPT>(dout, plan.vec_y, a.L, t0, g);
-        left_halo<T, KB, EPT>(a, x, b, c, t0, xw + KB - 1, xw);
-        right_halo<T, KB, EPT>(a.L, x, t0, xw + KB - 1, xw + KB - 1 + EPT);
-        right_halo<T, KB, EPT>(a.L, dout, t0, g, g + EPT);
-        if (t0 >= a.L) continue;
+        if (t0 < a.L) {
+            // x over [t0 − HV·V, t0 + EPT + HV·V), of which xw = [t0 − (KB−1), t0 + EPT + KB − 1)
+            float xv[EPT + 2 * HV * V];
+            float g[EPT + HV * V]; // dout, then g, from t0; 0 past the end
+            read_shared<T, EPT + 2 * HV * V>(xs[buf] + threadIdx.x * EPT, xv);
+            read_shared<T, EPT + HV * V>(ds[buf] + threadIdx.x * EPT, g);
+            const float *xw = xv + HV * V - (KB - 1);
 #pragma unroll
-        for (int j = 0; j < EPT + KB - 1; j++) { // g = dout · act'(z), z rebuilt from x
-            float z = bias;
+            for (int j = 0; j < EPT + KB - 1; j++) { // g = dout · act'(z), z rebuilt from x
+                float z = bias;
 #pragma unroll
-            for (int i = 0; i < KB; i++) z += wl[i] * xw[KB - 1 + j - i];
-            g[j] *= activation_slope(z, a.silu); // dout is 0 past the end, so g is too
-        }
-        // Steps past the end have g = 0, so they add nothing to the partials: no bounds test.
-        float dx[EPT];
-#pragma unroll
-        for (int e = 0; e < EPT; e++) {
-            float d = 0.0f;
-#pragma unroll
-            for (int i = 0; i < KB; i++) d += wl[i] * g[e + i];
-            dx[e] = d;
-            partial[KB] += g[e];
-#pragma unroll
-            for (int i = 0; i < KB; i++) partial[i] += g[e] * xw[KB - 1 + e - i];
-        }
-        if (t0 + EPT > final_from) { // only the threads holding the last K−1 steps
+                for (int i = 0; i < KB; i++) z += wl[i] * xw[KB - 1 + j - i];
+                g[j] *= activation_slope(z, a.silu);
+            }
+            // Steps past the end have g = 0, so they add nothing to the partials: no bounds test.
+            float dx[EPT];
 #pragma unroll
             for (int e = 0; e < EPT; e++) {
-                const int64_t s = t0 + e;
-                if (s >= final_from && s < a.L) dx[e] += ld<T>(a.dfinal, b, c, s - final_from);
+                float d = 0.0f;
+#pragma unroll
+                for (int i = 0; i < KB; i++) d += wl[i] * g[e + i];
+                dx[e] = d;
+                partial[KB] += g[e];
+#pragma unroll
+                for (int i = 0; i < KB; i++) partial[i] += g[e] * xw[KB - 1 + e - i];
             }
+            if (t0 + EPT > final_from) { // only the threads holding the last K−1 steps
+#pragma unroll
+                for (int e = 0; e < EPT; e++) {
+                    const int64_t s = t0 + e;
+                    if (s >= final_from && s < a.L) dx[e] += ld<T>(a.dfinal, b, c, s - final_from);
+                }
+            }
+            store_row<T, EPT>(dx_row, plan.vec_dx, a.L, t0, dx);
         }
-        store_row<T, EPT>(dx_row, plan.vec_dx, a.L, t0, dx);
+        __syncthreads(); // this buffer is staged again two passes on
     }
     block_partials_to_workspace<KB + 1>(partial, ws, a.B * plan.chunks, b * plan.chunks + chunk, c);
 }
@@ -360,16 +441,8 @@ struct tile_plan {
     int64_t channel_blocks; // blocks along C
     int passes;             // tiles each block walks along L, one after the other
     bool vec_x, vec_y;      // x (dout) has stride 1 along C and 16-byte aligned channel vectors
+    bool pair_y;            // out (dx) takes two neighbouring channels in one store
 };
-
-// 16 bytes from global to shared memory without passing through registers (cp.async): the
-// whole tile's loads are in flight at once, and no register holds them.
-__device__ inline void copy16_async(void *shared, const void *global)
-{
-    const unsigned address = (unsigned)__cvta_generic_to_shared(shared);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(global));
-}
-__device__ inline void copies_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
 
 // dst[r][j] = v[b, c0 + j, t_first + r], for r < ROWS and j < kTileC: 0 past the end of C or
 // L; before step 0, x's history (X_HISTORY) or 0. Every thread of the block takes part; the
@@ -399,15 +472,62 @@ __device__ inline void stage_tile(const conv_args &a, const t3 &v, bool vectoris
     }
 }
 
+// How a tile kernel's threads cover the 64 channels × 64 steps of a tile: CPT neighbouring
+// channels each (two, read and written as one 4- or 8-byte pair, while the registers allow),
+// and LANES threads one after the other along time for each channel group, LS steps each.
+template <typename T, int KB> struct tile_shape {
+    static constexpr int CPT = KB <= 8 ? 2 : 1;
+    static constexpr int GROUPS = kTileC / CPT;  // channel groups per tile (threads per time lane)
+    static constexpr int LANES = kBlock / GROUPS;
+    static constexpr int LS = kTileT / LANES;
+};
+
+// v[q] = p[q] as float for q < CPT (p: a shared-memory tile row, CPT-aligned).
+template <typename T, int CPT> __device__ inline void read_channels(const T *p, float (&v)[CPT])
+{
+    if constexpr (CPT == 1) {
+        v[0] = tg_to_float(p[0]);
+    } else if constexpr (sizeof(T) == 4) {
+        const float2 pair = *(const float2 *)p;
+        v[0] = pair.x;
+        v[1] = pair.y;
+    } else {
+        const unsigned pair = *(const unsigned *)p;
+        const T *e = (const T *)&pair;
+        v[0] = tg_to_float(e[0]);
+        v[1] = tg_to_float(e[1]);
+    }
+}
+
+// p[q·stride] = v[q] for the `count` channels inside C; one paired store when allowed.
+template <typename T, int CPT>
+__device__ inline void write_channels(T *p, int64_t stride, bool pair_ok, int count, const float (&v)[CPT])
+{
+    if constexpr (CPT == 2) {
+        if (pair_ok && count == 2) {
+            if constexpr (sizeof(T) == 4) *(float2 *)p = make_float2(v[0], v[1]);
+            else *(unsigned *)p = pack2(v[0], v[1], T());
+            return;
+        }
+    }
+#pragma unroll
+    for (int q = 0; q < CPT; q++)
+        if (q < count) p[q * stride] = tg_from_float<T>(v[q]);
+}
+
 template <typename T, int KB>
 __global__ void __launch_bounds__(kBlock) tile_fwd(conv_args a, tile_plan plan)
 {
+    using S = tile_shape<T, KB>;
+    constexpr int CPT = S::CPT, LS = S::LS;
     __shared__ alignas(16) T xs[kTileT + KB - 1][kTileC]; // x at t0 − (KB−1) … t0 + kTileT − 1
-    const int cl = threadIdx.x % kTileC, r0 = threadIdx.x / kTileC * kLaneSteps;
-    const int64_t c0 = (int64_t)blockIdx.y * kTileC, b = blockIdx.z, c = c0 + cl;
+    const int cg = threadIdx.x % S::GROUPS * CPT, r0 = threadIdx.x / S::GROUPS * LS;
+    const int64_t c0 = (int64_t)blockIdx.y * kTileC, b = blockIdx.z, c = c0 + cg;
     const bool active = c < a.C;
-    float wl[KB];
-    const float bias = load_taps<T, KB>(a, active ? c : a.C - 1, wl);
+    const int count = active ? (a.C - c < CPT ? (int)(a.C - c) : CPT) : 0;
+    float wl[CPT][KB], bias[CPT];
+#pragma unroll
+    for (int q = 0; q < CPT; q++) bias[q] = load_taps<T, KB>(a, c + q < a.C ? c + q : a.C - 1, wl[q]);
     for (int pass = 0; pass < plan.passes; pass++) {
         const int64_t t0 = ((int64_t)blockIdx.x * plan.passes + pass) * kTileT;
         if (t0 >= a.L) break; // uniform across the block
@@ -416,41 +536,58 @@ __global__ void __launch_bounds__(kBlock) tile_fwd(conv_args a, tile_plan plan)
         copies_wait_all();
         __syncthreads();
         if (!active) continue;
-        float win[KB]; // win[KB−1−i] = x[t − i]
+        float win[KB][CPT]; // win[KB−1−i] = x[t − i]
 #pragma unroll
-        for (int j = 0; j < KB - 1; j++) win[j + 1] = tg_to_float(xs[r0 + j][cl]);
+        for (int j = 0; j < KB - 1; j++) read_channels<T, CPT>(&xs[r0 + j][cg], win[j + 1]);
         T *out = (T *)a.y.p + (b * a.y.s0 + c * a.y.s1 + (t0 + r0) * a.y.s2);
+        const int64_t step = a.y.s2;
+        const int64_t left = a.L - (t0 + r0); // steps of this thread inside the row (may be ≤ 0)
+        const int steps = left < LS ? (int)(left > 0 ? left : 0) : LS;
 #pragma unroll
-        for (int s = 0; s < kLaneSteps; s++) {
+        for (int s = 0; s < LS; s++) {
 #pragma unroll
-            for (int j = 0; j < KB - 1; j++) win[j] = win[j + 1];
-            win[KB - 1] = tg_to_float(xs[r0 + s + KB - 1][cl]);
-            float z = bias;
+            for (int j = 0; j < KB - 1; j++)
 #pragma unroll
-            for (int i = 0; i < KB; i++) z += wl[i] * win[KB - 1 - i];
-            if (t0 + r0 + s < a.L) out[s * a.y.s2] = tg_from_float<T>(activate(z, a.silu));
+                for (int q = 0; q < CPT; q++) win[j][q] = win[j + 1][q];
+            read_channels<T, CPT>(&xs[r0 + s + KB - 1][cg], win[KB - 1]);
+            float o[CPT];
+#pragma unroll
+            for (int q = 0; q < CPT; q++) {
+                float z = bias[q];
+#pragma unroll
+                for (int i = 0; i < KB; i++) z += wl[q][i] * win[KB - 1 - i][q];
+                o[q] = activate(z, a.silu);
+            }
+            if (s < steps) write_channels<T, CPT>(out, a.y.s1, plan.pair_y, count, o);
+            out += step; // a pointer walk: no 64-bit multiply per step
         }
     }
 }
 
-// Each thread walks its kLaneSteps steps and the K−1 after them: g = dout·act'(z) at every
-// step, and dx for a step as soon as the K values of g it needs are known, K−1 steps later.
-// (The K−1 extra steps of g are the next thread's first ones, recomputed: cheaper than a
-// second pass through shared memory.)
+// Each thread walks its LS steps and the K−1 after them: g = dout·act'(z) at every step, and
+// dx for a step as soon as the K values of g it needs are known, K−1 steps later. (The K−1
+// extra steps of g are the next lane's first ones, recomputed: cheaper than a second pass
+// through shared memory.)
 template <typename T, int KB>
 __global__ void __launch_bounds__(kBlock) tile_bwd(conv_args a, tile_plan plan, float *ws)
 {
+    using S = tile_shape<T, KB>;
+    constexpr int CPT = S::CPT, LS = S::LS;
     __shared__ alignas(16) T xs[kTileT + 2 * (KB - 1)][kTileC]; // x at t0 − (KB−1) … t0 + kTileT + KB − 2
     __shared__ alignas(16) T ds[kTileT + KB - 1][kTileC];       // dout at t0 … t0 + kTileT + KB − 2
-    const int cl = threadIdx.x % kTileC, lane = threadIdx.x / kTileC, r0 = lane * kLaneSteps;
-    const int64_t c0 = (int64_t)blockIdx.y * kTileC, b = blockIdx.z, c = c0 + cl;
+    const int cg = threadIdx.x % S::GROUPS * CPT, lane = threadIdx.x / S::GROUPS, r0 = lane * LS;
+    const int64_t c0 = (int64_t)blockIdx.y * kTileC, b = blockIdx.z, c = c0 + cg;
     const bool active = c < a.C;
-    float wl[KB];
-    const float bias = load_taps<T, KB>(a, active ? c : a.C - 1, wl);
-    const int64_t final_from = a.dfinal.p ? a.L - (a.K - 1) : a.L; // as in row_bwd
-    float partial[KB + 1]; // dwl[0 … KB−1], dbias
+    const int count = active ? (a.C - c < CPT ? (int)(a.C - c) : CPT) : 0;
+    float wl[CPT][KB], bias[CPT];
 #pragma unroll
-    for (int i = 0; i <= KB; i++) partial[i] = 0.0f;
+    for (int q = 0; q < CPT; q++) bias[q] = load_taps<T, KB>(a, c + q < a.C ? c + q : a.C - 1, wl[q]);
+    const int64_t final_from = a.dfinal.p ? a.L - (a.K - 1) : a.L; // as in row_bwd
+    float partial[CPT][KB + 1]; // dwl[0 … KB−1], dbias
+#pragma unroll
+    for (int q = 0; q < CPT; q++)
+#pragma unroll
+        for (int i = 0; i <= KB; i++) partial[q][i] = 0.0f;
     for (int pass = 0; pass < plan.passes; pass++) {
         const int64_t t0 = ((int64_t)blockIdx.x * plan.passes + pass) * kTileT;
         if (t0 >= a.L) break; // uniform across the block
@@ -460,59 +597,84 @@ __global__ void __launch_bounds__(kBlock) tile_bwd(conv_args a, tile_plan plan, 
         copies_wait_all();
         __syncthreads();
         if (!active) continue;
-        float win[KB]; // win[KB−1−i] = x[t − i]
-        float gw[KB];  // gw[KB−1−i] = g[t − i]
+        float win[KB][CPT]; // win[KB−1−i] = x[t − i]
+        float gw[KB][CPT];  // gw[KB−1−i] = g[t − i]
 #pragma unroll
         for (int j = 0; j < KB - 1; j++) {
-            win[j + 1] = tg_to_float(xs[r0 + j][cl]);
-            gw[j + 1] = 0.0f; // never read: dx starts once K values of g are in
+            read_channels<T, CPT>(&xs[r0 + j][cg], win[j + 1]);
+#pragma unroll
+            for (int q = 0; q < CPT; q++) gw[j + 1][q] = 0.0f; // never read: dx starts once K values of g are in
         }
         T *dx = (T *)a.dx.p + (b * a.dx.s0 + c * a.dx.s1 + (t0 + r0) * a.dx.s2);
+        const int64_t step = a.dx.s2;
+        const int64_t left = a.L - (t0 + r0); // steps of this thread inside the row (may be ≤ 0)
+        const int steps = left < LS ? (int)(left > 0 ? left : 0) : LS;
+        const bool near_final = t0 + r0 + LS > final_from;
 #pragma unroll
-        for (int s = 0; s < kLaneSteps + KB - 1; s++) { // step t = t0 + r0 + s
+        for (int s = 0; s < LS + KB - 1; s++) { // step t = t0 + r0 + s
 #pragma unroll
-            for (int j = 0; j < KB - 1; j++) {
-                win[j] = win[j + 1];
-                gw[j] = gw[j + 1];
-            }
-            win[KB - 1] = tg_to_float(xs[r0 + s + KB - 1][cl]);
-            float z = bias;
+            for (int j = 0; j < KB - 1; j++)
 #pragma unroll
-            for (int i = 0; i < KB; i++) z += wl[i] * win[KB - 1 - i];
-            const float g = tg_to_float(ds[r0 + s][cl]) * activation_slope(z, a.silu); // 0 past the end
-            gw[KB - 1] = g;
-            if (s < kLaneSteps) { // this thread's own steps (the later ones are the next thread's)
-                partial[KB] += g;
+                for (int q = 0; q < CPT; q++) {
+                    win[j][q] = win[j + 1][q];
+                    gw[j][q] = gw[j + 1][q];
+                }
+            read_channels<T, CPT>(&xs[r0 + s + KB - 1][cg], win[KB - 1]);
+            float d_out[CPT];
+            read_channels<T, CPT>(&ds[r0 + s][cg], d_out);
 #pragma unroll
-                for (int i = 0; i < KB; i++) partial[i] += g * win[KB - 1 - i];
+            for (int q = 0; q < CPT; q++) {
+                float z = bias[q];
+#pragma unroll
+                for (int i = 0; i < KB; i++) z += wl[q][i] * win[KB - 1 - i][q];
+                const float g = d_out[q] * activation_slope(z, a.silu); // 0 past the end
+                gw[KB - 1][q] = g;
+                if (s < LS) { // this thread's own steps (the later ones are the next lane's)
+                    partial[q][KB] += g;
+#pragma unroll
+                    for (int i = 0; i < KB; i++) partial[q][i] += g * win[KB - 1 - i][q];
+                }
             }
             if (s >= KB - 1) { // dx[u] = Σ_i wl[i]·g[u + i], u = s − (KB − 1)
                 const int u = s - (KB - 1);
-                float d = 0.0f;
+                float d[CPT];
 #pragma unroll
-                for (int i = 0; i < KB; i++) d += wl[i] * gw[i];
-                const int64_t t = t0 + r0 + u;
-                if (t >= final_from && t < a.L) d += ld<T>(a.dfinal, b, c, t - final_from);
-                if (t < a.L) dx[u * a.dx.s2] = tg_from_float<T>(d);
+                for (int q = 0; q < CPT; q++) {
+                    d[q] = 0.0f;
+#pragma unroll
+                    for (int i = 0; i < KB; i++) d[q] += wl[q][i] * gw[i][q];
+                }
+                if (near_final) { // only the threads holding the last K−1 steps
+                    const int64_t t = t0 + r0 + u;
+                    if (t >= final_from && t < a.L)
+#pragma unroll
+                        for (int q = 0; q < CPT; q++)
+                            if (q < count) d[q] += ld<T>(a.dfinal, b, c + q, t - final_from);
+                }
+                if (u < steps) write_channels<T, CPT>(dx, a.dx.s1, plan.pair_y, count, d);
+                dx += step;
             }
         }
     }
     // The block's partials: the time lanes of each channel summed in order (through xs,
     // which no thread reads any more once all have passed the barrier).
     __syncthreads();
-    static_assert(sizeof(float) * kTileLanes * (KB + 1) * kTileC <= sizeof(xs), "the partials fit in xs");
+    static_assert(sizeof(float) * S::LANES * (KB + 1) * kTileC <= sizeof(xs), "the partials fit in xs");
     float(*sums)[KB + 1][kTileC] = (float(*)[KB + 1][kTileC])(void *)&xs[0][0];
 #pragma unroll
-    for (int i = 0; i <= KB; i++) sums[lane][i][cl] = partial[i];
+    for (int q = 0; q < CPT; q++)
+#pragma unroll
+        for (int i = 0; i <= KB; i++) sums[lane][i][cg + q] = partial[q][i];
     __syncthreads();
     if (lane == 0 && active) {
         const int64_t parts = a.B * plan.time_blocks, part = b * plan.time_blocks + blockIdx.x;
+        for (int q = 0; q < count; q++)
 #pragma unroll
-        for (int i = 0; i <= KB; i++) {
-            float sum = 0.0f;
-            for (int l = 0; l < kTileLanes; l++) sum += sums[l][i][cl];
-            partial_to_workspace(ws, parts, part, c, KB + 1, i, sum);
-        }
+            for (int i = 0; i <= KB; i++) {
+                float sum = 0.0f;
+                for (int l = 0; l < S::LANES; l++) sum += sums[l][i][cg + q];
+                partial_to_workspace(ws, parts, part, c + q, KB + 1, i, sum);
+            }
     }
 }
 
@@ -639,7 +801,9 @@ int row_block(const row_plan &plan, int ept) { return plan.chunk_len / ept; }
 // steps, and the backward leaves fewer partials to sum), as long as the grid keeps about
 // 16384 blocks: some 8 waves on a 132-SM card, so the last, partly filled wave costs little.
 // (With 2–3 waves, a third of the last one idle showed as 30% of the time.)
-template <typename T> tile_plan make_tile_plan(const conv_args &a, const tg_tensor *x, const tg_tensor *y)
+// x, and the dout the backward stages (NULL in the forward); out (or dx) is written.
+template <typename T>
+tile_plan make_tile_plan(const conv_args &a, const tg_tensor *x, const tg_tensor *y, const tg_tensor *out)
 {
     constexpr int V = vec_width<T>();
     constexpr int64_t kWantedBlocks = 16384;
@@ -653,6 +817,7 @@ template <typename T> tile_plan make_tile_plan(const conv_args &a, const tg_tens
     plan.time_blocks = (tiles + plan.passes - 1) / plan.passes;
     plan.vec_x = channels_vectorisable(x, V);
     plan.vec_y = channels_vectorisable(y, V);
+    plan.pair_y = channels_vectorisable(out, 2);
     return plan;
 }
 
@@ -713,7 +878,7 @@ tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *fina
         if (!fits_row_grid(a, plan)) return too_large(a);
         row_fwd<T, KB><<<(unsigned)(a.B * a.C * plan.chunks), row_block(plan, row_fwd_ept<T>())>>>(a, plan);
     } else {
-        tile_plan plan = make_tile_plan<T>(a, in->x, NULL);
+        tile_plan plan = make_tile_plan<T>(a, in->x, NULL, out);
         if (!fits_tile_grid(a, plan)) return too_large(a);
         tile_fwd<T, KB><<<tile_grid(a, plan), kBlock>>>(a, plan);
     }
@@ -739,7 +904,7 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
         parts = a.B * rplan.chunks;
         if (!fits_row_grid(a, rplan)) return too_large(a);
     } else {
-        tplan = make_tile_plan<T>(a, in->x, dout);
+        tplan = make_tile_plan<T>(a, in->x, dout, dx);
         parts = a.B * tplan.time_blocks;
         if (!fits_tile_grid(a, tplan)) return too_large(a);
     }
