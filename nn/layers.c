@@ -42,7 +42,17 @@ double *tg_nn_host_buffer(const char *fn, int64_t n)
 
 tg_status tg_nn_fill_values(const char *fn, tg_tensor *t, const double *values)
 {
-    tg_status status = tg_copy_from_host(t, values, TG_F64);
+    /* Rounded to t's dtype on the host whatever t's device, so that every device gets the
+     * same bits (a device's own conversion of bf16 or f16 need not round the same way). */
+    tg_status status;
+    if (t->device == TG_DEVICE_CPU) {
+        status = tg_copy_from_host(t, values, TG_F64);
+    } else {
+        tg_tensor *host = tg_tensor_new(t->dtype, TG_DEVICE_CPU, t->ndim, t->shape);
+        status = host ? tg_copy_from_host(host, values, TG_F64) : TG_ERR_NOMEM;
+        if (status == TG_OK) status = tg_copy(t, host);
+        tg_tensor_free(host);
+    }
     if (status != TG_OK) {
         char inner[768];
         snprintf(inner, sizeof inner, "%s", tg_last_error());
