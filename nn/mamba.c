@@ -344,9 +344,13 @@ tg_mamba *tg_mamba_create(const tg_mamba_config *config, tg_params *params, tg_r
     }
     *model = (tg_mamba){.config = c, .params = params, .layers = layers};
     if (model_init(fn, model, params, rng) != TG_OK) {
-        char inner[768];
-        snprintf(inner, sizeof inner, "%s", tg_last_error());
-        tg_set_error(TG_ERR_INVALID, "%s: %s", fn, inner);
+        /* Only an allocation can fail here (the checks above ran first); the parameters
+         * added so far stay in the store. */
+        if (strncmp(tg_last_error(), fn, strlen(fn)) != 0) {
+            char inner[768];
+            snprintf(inner, sizeof inner, "%s", tg_last_error());
+            tg_set_error(TG_ERR_NOMEM, "%s: %s", fn, inner);
+        }
         tg_mamba_free(model);
         return NULL;
     }

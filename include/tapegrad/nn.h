@@ -138,7 +138,9 @@ typedef struct {
 
 /* Adds every parameter to params (which must not already hold one of these names, and
  * whose other parameters must share config->dtype) and initialises them from rng. The
- * returned struct is freed with tg_mamba_free; the parameters stay with the store. */
+ * returned struct is freed with tg_mamba_free; the parameters stay with the store. A
+ * rejected config or store adds nothing; running out of memory part-way leaves the
+ * parameters added until then in the store. */
 tg_mamba *tg_mamba_create(const tg_mamba_config *config, tg_params *params, tg_rng *rng);
 void tg_mamba_free(tg_mamba *model);
 
