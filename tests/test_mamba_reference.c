@@ -1,9 +1,9 @@
 /* The Mamba language model against an independent PyTorch implementation.
  *
  * tests/python/mamba_reference.py (a sequential-loop scan, F.conv1d with padding, PyTorch
- * autograd, all in float64) wrote tests/data/mamba_reference.bin: a 2-layer model's
- * configuration, parameters, token ids and targets, and its logits, loss and the gradient
- * of every parameter. This test loads the parameters by name into a tapegrad model, runs
+ * autograd, all in float64) wrote tests/data/mamba_reference*.bin: a model's configuration,
+ * parameters, token ids and targets, and its logits, loss and the gradient of every
+ * parameter (a 2-layer model with the default sizes, and a 3-layer one with others). This test loads the parameters by name into a tapegrad model, runs
  * forward and backward on the same ids, and compares. The file format is described in
  * the script. */
 #include "test_util.h"
@@ -31,7 +31,7 @@ typedef struct {
 
 static void read_exact(FILE *f, void *out, size_t bytes, const char *what)
 {
-    cr_assert_eq(fread(out, 1, bytes, f), bytes, "mamba_reference.bin: truncated while reading %s", what);
+    cr_assert_eq(fread(out, 1, bytes, f), bytes, "test vectors truncated while reading %s", what);
 }
 
 /* The file's entries (little-endian, as the script writes them and as this machine reads). */
@@ -79,7 +79,7 @@ static const vec_entry *find_entry(const vec_file *file, const char *name)
 {
     for (uint32_t i = 0; i < file->count; i++)
         if (strcmp(file->entries[i].name, name) == 0) return &file->entries[i];
-    cr_assert_fail("mamba_reference.bin has no entry '%s'", name);
+    cr_assert_fail("the test vectors have no entry '%s'", name);
     return NULL;
 }
 
@@ -107,9 +107,11 @@ static double rel_error(const tg_tensor *got, const double *want)
 /* Builds the file's model in `dtype` (scan chunks of `chunk` steps), runs it and checks
  * logits, loss and every gradient against the file within rel_tol (relative norms) and
  * loss_tol (absolute). */
-static void compare_with_reference(tg_dtype dtype, int64_t chunk, double rel_tol, double loss_tol)
+static void compare_with_reference(const char *file_name, tg_dtype dtype, int64_t chunk, double rel_tol, double loss_tol)
 {
-    vec_file file = load_vectors(TG_TEST_DATA_DIR "/mamba_reference.bin");
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", TG_TEST_DATA_DIR, file_name);
+    vec_file file = load_vectors(path);
     const int32_t *sizes = find_entry(&file, "config.sizes")->data;
     tg_mamba_config config = {.vocab_size = sizes[0], .d_model = sizes[1], .n_layer = sizes[2],
                               .d_state = sizes[3], .expand = sizes[4], .d_conv = sizes[5], .dt_rank = sizes[6],
@@ -163,8 +165,8 @@ static void compare_with_reference(tg_dtype dtype, int64_t chunk, double rel_tol
         cr_assert(error <= rel_tol, "%s gradient of %s: relative error %.3g > %.3g", tg_dtype_name(dtype), p->name,
                   error, rel_tol);
     }
-    cr_log_info("%s, scan chunk %lld: loss %.15g (reference %.15g), worst relative error %.3g", tg_dtype_name(dtype),
-                (long long)model->config.scan_chunk, tg_item(loss), want_loss, worst);
+    cr_log_info("%s, %s, scan chunk %lld: loss %.15g (reference %.15g), worst relative error %.3g", file_name,
+                tg_dtype_name(dtype), (long long)model->config.scan_chunk, tg_item(loss), want_loss, worst);
     tg_tape_free(tape);
     tg_mamba_free(model);
     tg_params_free(params);
@@ -172,11 +174,21 @@ static void compare_with_reference(tg_dtype dtype, int64_t chunk, double rel_tol
 }
 
 /* float64: only rounding differs (the chunked scan sums in another order than the loop). */
-Test(mamba_reference, f64_matches_pytorch) { compare_with_reference(TG_F64, 0, 1e-11, 1e-12); }
+Test(mamba_reference, f64_matches_pytorch) { compare_with_reference("mamba_reference.bin", TG_F64, 0, 1e-11, 1e-12); }
 
 /* Scan chunks of 5 steps over L = 12: the backward recomputes from saved chunk states. */
-Test(mamba_reference, f64_matches_pytorch_with_several_scan_chunks) { compare_with_reference(TG_F64, 5, 1e-11, 1e-12); }
+Test(mamba_reference, f64_matches_pytorch_with_several_scan_chunks)
+{
+    compare_with_reference("mamba_reference.bin", TG_F64, 5, 1e-11, 1e-12);
+}
 
 /* float32 parameters and activations (the CPU kernels compute in double and round each
  * op's result once): every result within 1e-5 relative of the float64 reference. */
-Test(mamba_reference, f32_matches_pytorch) { compare_with_reference(TG_F32, 5, 1e-5, 1e-5); }
+Test(mamba_reference, f32_matches_pytorch) { compare_with_reference("mamba_reference.bin", TG_F32, 5, 1e-5, 1e-5); }
+
+/* Sizes away from the defaults: 3 layers, d_state 5, expand 3, d_conv 3, dt_rank 3, eps 1e-3. */
+Test(mamba_reference, other_sizes_match_pytorch)
+{
+    compare_with_reference("mamba_reference_odd.bin", TG_F64, 4, 1e-11, 1e-12);
+    compare_with_reference("mamba_reference_odd.bin", TG_F32, 0, 1e-5, 1e-5);
+}

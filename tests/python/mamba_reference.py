@@ -10,6 +10,10 @@ tests/test_mamba_reference.c reads.
 Regenerate the committed vectors (from the repository root):
 
     python3 tests/python/mamba_reference.py --out tests/data/mamba_reference.bin
+    python3 tests/python/mamba_reference.py --shape odd --out tests/data/mamba_reference_odd.bin
+
+("default": 2 layers, d_model 16, the reference's defaults otherwise, vocab 11, B 2, L 12;
+"odd": 3 layers, d_model 8, d_state 5, expand 3, d_conv 3, dt_rank 3, vocab 7, B 3, L 9.)
 
 Check a vector file against this implementation (parameters and ids are read from the
 file; the stored expectations must be reproduced), on the CPU or a GPU:
@@ -207,11 +211,16 @@ def config_from(entries):
 # ---- commands ---------------------------------------------------------------------------------------
 
 
+SHAPES = {
+    "default": (dict(vocab_size=11, d_model=16, n_layer=2, d_state=16, expand=2, d_conv=4, dt_rank=1, eps=1e-5), 2, 12),
+    "odd": (dict(vocab_size=7, d_model=8, n_layer=3, d_state=5, expand=3, d_conv=3, dt_rank=3, eps=1e-3), 3, 9),
+}
+
+
 def generate(args):
-    cfg = dict(vocab_size=11, d_model=16, n_layer=2, d_state=16, expand=2, d_conv=4, dt_rank=1, eps=1e-5)
+    cfg, batch, length = SHAPES[args.shape]
     gen = torch.Generator().manual_seed(args.seed)
     params = make_params(cfg, gen)
-    batch, length = 2, 12
     ids = torch.randint(0, cfg["vocab_size"], (batch, length), generator=gen, dtype=torch.int32)
     targets = torch.randint(0, cfg["vocab_size"], (batch, length), generator=gen, dtype=torch.int32)
     targets[0, 3] = targets[1, 7] = IGNORE_INDEX                          # two positions that must not count
@@ -251,6 +260,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="tests/data/mamba_reference.bin", help="where to write the vectors")
     parser.add_argument("--seed", type=int, default=20240613, help="seed of the parameters, ids and targets")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="default", help="the model and batch sizes")
     parser.add_argument("--check", metavar="FILE", help="recompute FILE's expectations and compare instead")
     parser.add_argument("--device", default="cpu", help="torch device to compute on (cpu, cuda)")
     args = parser.parse_args()
