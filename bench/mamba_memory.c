@@ -152,7 +152,8 @@ int main(int argc, char **argv)
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)tokens), *targets = malloc(sizeof(int32_t) * (size_t)tokens);
     if (!ids || !targets) return fail("host memory for the tokens");
     for (int64_t i = 0; i < tokens; i++) ids[i] = (int32_t)tg_rng_below(&rng, opt.vocab);
-    for (int64_t i = 0; i < tokens; i++) targets[i] = (i + 1) % opt.seq ? ids[i + 1] : (int32_t)tg_rng_below(&rng, opt.vocab);
+    for (int64_t i = 0; i < tokens; i++)
+        targets[i] = (i + 1) % opt.seq ? ids[i + 1] : (int32_t)tg_rng_below(&rng, opt.vocab);
 
     tg_tape *tape = tg_tape_create();
     if (!tape) return fail("tape");
@@ -193,15 +194,16 @@ int main(int argc, char **argv)
     printf("loss %.5f (log vocab %.5f); forward %.3f s, backward %.3f s\n", tg_item(loss), log((double)opt.vocab),
            t1 - t0, t2 - t1);
     printf("%-44s %12.1f MiB\n", "parameters + their gradients", mib(2 * param_bytes));
+    const double once_per_token = (2.0 * (double)c->d_model + (double)c->vocab_size) * (double)tg_dtype_size(c->dtype);
+    const bool cuda = device == TG_DEVICE_CUDA;
     printf("%-44s %12.1f MiB  (%.0f bytes per token per layer)\n", "activations the backward needs", mib(needed),
-           (needed / (double)tokens - (2.0 * (double)c->d_model + (double)c->vocab_size) * (double)tg_dtype_size(c->dtype)) /
-               (double)c->n_layer);
+           (needed / (double)tokens - once_per_token) / (double)c->n_layer);
     printf("%-44s %12.1f MiB  (%.2fx the needed)\n",
-           device == TG_DEVICE_CUDA ? "allocated by the forward (CUDA, in use)" : "allocated by the forward (tape arena)",
+           cuda ? "allocated by the forward (CUDA, in use)" : "allocated by the forward (tape arena)",
            mib(after_forward), after_forward / needed);
     printf("%-44s %12.1f MiB  (%.2fx the needed)\n",
-           device == TG_DEVICE_CUDA ? "peak over forward + backward (CUDA)" : "peak over forward + backward (tape arena)",
-           mib(peak), peak / needed);
+           cuda ? "peak over forward + backward (CUDA)" : "peak over forward + backward (tape arena)", mib(peak),
+           peak / needed);
 
     tg_tape_free(tape);
     free(ids);

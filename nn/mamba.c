@@ -319,7 +319,8 @@ static tg_status model_init(const char *fn, tg_mamba *model, tg_params *params, 
         if (status == TG_OK)
             status = tg_nn_rmsnorm_init(&model->layers[i].norm, params, prefix, c->d_model, c->eps, c->dtype);
     }
-    if (status == TG_OK) status = tg_nn_rmsnorm_init(&model->norm_f, params, "backbone.norm_f", c->d_model, c->eps, c->dtype);
+    if (status == TG_OK)
+        status = tg_nn_rmsnorm_init(&model->norm_f, params, "backbone.norm_f", c->d_model, c->eps, c->dtype);
     return status;
 }
 
@@ -334,8 +335,8 @@ tg_mamba *tg_mamba_create(const tg_mamba_config *config, tg_params *params, tg_r
     }
     if (!store_fits(fn, params, c.dtype)) return NULL;
     tg_mamba *model = calloc(1, sizeof *model);
-    tg_mamba_layer *layers = (uint64_t)c.n_layer <= SIZE_MAX / sizeof *layers ? calloc((size_t)c.n_layer, sizeof *layers)
-                                                                              : NULL;
+    tg_mamba_layer *layers = NULL;
+    if ((uint64_t)c.n_layer <= SIZE_MAX / sizeof *layers) layers = calloc((size_t)c.n_layer, sizeof *layers);
     if (!model || !layers) {
         free(model);
         free(layers);

@@ -52,7 +52,8 @@ static void compare(tg_dtype dtype, double limit)
     tg_tape *tape = tg_tape_create();
     const int64_t shape[2] = {3, 50};
     tg_tensor *ids = tt_ids(tape, 2, shape, 19), *targets = tt_ids(tape, 2, shape, 19);
-    tg_tensor *gpu_ids = tg_to_device(tape, ids, TG_DEVICE_CUDA), *gpu_targets = tg_to_device(tape, targets, TG_DEVICE_CUDA);
+    tg_tensor *gpu_ids = tg_to_device(tape, ids, TG_DEVICE_CUDA);
+    tg_tensor *gpu_targets = tg_to_device(tape, targets, TG_DEVICE_CUDA);
     cr_assert(gpu_ids && gpu_targets, "%s", tg_last_error());
 
     tg_tensor *gpu_logits = tg_mamba_forward(tape, b, gpu_ids, NULL, NULL);

@@ -3,9 +3,9 @@
  * tests/python/mamba_reference.py (a sequential-loop scan, F.conv1d with padding, PyTorch
  * autograd, all in float64) wrote tests/data/mamba_reference*.bin: a model's configuration,
  * parameters, token ids and targets, and its logits, loss and the gradient of every
- * parameter (a 2-layer model with the default sizes, and a 3-layer one with others). This test loads the parameters by name into a tapegrad model, runs
- * forward and backward on the same ids, and compares. The file format is described in
- * the script. */
+ * parameter (a 2-layer model with the default sizes, and a 3-layer one with others). This
+ * test loads the parameters by name into a tapegrad model, runs forward and backward on
+ * the same ids, and compares. The file format is described in the script. */
 #include "test_util.h"
 
 #include <math.h>
@@ -107,7 +107,8 @@ static double rel_error(const tg_tensor *got, const double *want)
 /* Builds the file's model in `dtype` (scan chunks of `chunk` steps), runs it and checks
  * logits, loss and every gradient against the file within rel_tol (relative norms) and
  * loss_tol (absolute). */
-static void compare_with_reference(const char *file_name, tg_dtype dtype, int64_t chunk, double rel_tol, double loss_tol)
+static void compare_with_reference(const char *file_name, tg_dtype dtype, int64_t chunk, double rel_tol,
+                                   double loss_tol)
 {
     char path[512];
     snprintf(path, sizeof path, "%s/%s", TG_TEST_DATA_DIR, file_name);

@@ -450,7 +450,8 @@ static tg_tensor *ids_piece(tg_tape *tape, tg_tensor *ids, int64_t start, int64_
     const int64_t B = ids->shape[0], L = ids->shape[1], shape[2] = {B, end - start};
     int32_t *piece = malloc(sizeof(int32_t) * (size_t)(B * (end - start)));
     for (int64_t b = 0; b < B; b++)
-        for (int64_t t = start; t < end; t++) piece[b * (end - start) + t - start] = ((int32_t *)tg_data(ids))[b * L + t];
+        for (int64_t t = start; t < end; t++)
+            piece[b * (end - start) + t - start] = ((int32_t *)tg_data(ids))[b * L + t];
     tg_tensor *out = tg_from_data(tape, TG_I32, TG_DEVICE_CPU, 2, shape, piece);
     free(piece);
     return out;
@@ -484,7 +485,8 @@ Test(mamba, pieces_with_states_match_one_pass)
         for (int64_t b = 0; b < B; b++)
             for (int64_t t = cuts[k]; t < cuts[k + 1]; t++)
                 for (int64_t v = 0; v < V; v++) {
-                    double got = tg_get(logits, (int64_t[]){b, t - cuts[k], v}), want = tg_get(whole, (int64_t[]){b, t, v});
+                    double got = tg_get(logits, (int64_t[]){b, t - cuts[k], v});
+                    double want = tg_get(whole, (int64_t[]){b, t, v});
                     cr_assert(fabs(got - want) <= 1e-12 * (1 + fabs(want)), "b %lld t %lld v %lld: %.15g vs %.15g",
                               (long long)b, (long long)t, (long long)v, got, want);
                 }
@@ -495,7 +497,8 @@ Test(mamba, pieces_with_states_match_one_pass)
 }
 
 /* All parameter gradients of one forward + backward, as doubles. */
-static double *loss_and_grads(tg_mamba *model, tg_params *params, tg_tensor *ids, tg_tensor *targets, double *loss_value)
+static double *loss_and_grads(tg_mamba *model, tg_params *params, tg_tensor *ids, tg_tensor *targets,
+                              double *loss_value)
 {
     tg_tape *tape = tg_tape_create();
     cr_assert_eq(tg_params_zero_grad(params), TG_OK);
@@ -558,7 +561,8 @@ Test(mamba, loss_at_initialisation_is_near_log_vocab)
     tg_mamba *model = make_model(&config, tg_rng_next(tt_rng()), &params);
     tg_tape *tape = tg_tape_create();
     const int64_t shape[2] = {4, 32};
-    tg_tensor *loss = tg_mamba_loss(tape, model, tt_ids(tape, 2, shape, (int32_t)V), tt_ids(tape, 2, shape, (int32_t)V), -1);
+    tg_tensor *ids = tt_ids(tape, 2, shape, (int32_t)V), *targets = tt_ids(tape, 2, shape, (int32_t)V);
+    tg_tensor *loss = tg_mamba_loss(tape, model, ids, targets, -1);
     cr_assert(loss, "%s", tg_last_error());
     cr_assert(fabs(tg_item(loss) - log((double)V)) < 0.1, "loss %g, log V %g", tg_item(loss), log((double)V));
     tg_tape_free(tape);
