@@ -9,5 +9,6 @@
 #include "tapegrad/rng.h"
 #include "tapegrad/gradcheck.h"
 #include "tapegrad/data.h"
+#include "tapegrad/nn.h"
 
 #endif
