@@ -26,6 +26,21 @@ static struct {
     size_t in_use, peak, reserved;
 } cache;
 
+/* Host memory is counted too (heap tensors, gradients, tape chunks), without a cache. */
+static struct {
+    size_t in_use, peak;
+} host;
+
+void tg_host_memory_account(size_t bytes, bool allocated)
+{
+    if (allocated) {
+        host.in_use += bytes;
+        if (host.in_use > host.peak) host.peak = host.in_use;
+    } else {
+        host.in_use -= bytes;
+    }
+}
+
 static size_t round_size(size_t bytes)
 {
     const size_t small = 512, large = (size_t)1 << 20;
@@ -68,7 +83,9 @@ tg_status tg_device_alloc(tg_device device, size_t bytes, void **out)
 {
     if (device == TG_DEVICE_CPU) {
         *out = malloc(bytes ? bytes : 1);
-        return *out ? TG_OK : tg_set_error(TG_ERR_NOMEM, "out of host memory for %zu bytes", bytes);
+        if (!*out) return tg_set_error(TG_ERR_NOMEM, "out of host memory for %zu bytes", bytes);
+        tg_host_memory_account(bytes, true);
+        return TG_OK;
     }
 #ifdef TG_HAVE_CUDA
     size_t size = round_size(bytes);
@@ -94,6 +111,7 @@ void tg_device_free(tg_device device, void *ptr, size_t bytes)
     if (!ptr) return;
     if (device == TG_DEVICE_CPU) {
         free(ptr);
+        tg_host_memory_account(bytes, false);
         return;
     }
     size_t size = round_size(bytes);
@@ -143,14 +161,19 @@ tg_status tg_device_zero(tg_device device, void *ptr, size_t bytes)
 tg_status tg_memory_stats_get(tg_device device, tg_memory_stats *stats)
 {
     if (!stats) return tg_set_error(TG_ERR_INVALID, "tg_memory_stats_get: stats is NULL");
-    if (tg_device_resolve(device) != TG_DEVICE_CUDA)
-        return tg_set_error(TG_ERR_DEVICE, "tg_memory_stats_get: only CUDA memory is counted (asked for %s)",
-                            tg_device_name(device));
+    if (tg_device_resolve(device) == TG_DEVICE_CPU) {
+        *stats = (tg_memory_stats){host.in_use, host.peak, host.in_use};
+        return TG_OK;
+    }
     *stats = (tg_memory_stats){cache.in_use, cache.peak, cache.reserved};
     return TG_OK;
 }
 
-void tg_memory_reset_peak(void) { cache.peak = cache.in_use; }
+void tg_memory_reset_peak(void)
+{
+    cache.peak = cache.in_use;
+    host.peak = host.in_use;
+}
 
 tg_status tg_memory_empty_cache(void)
 {

@@ -35,7 +35,10 @@ tg_status tg_accumulate_grad(tg_tape *tape, tg_tensor *t, const tg_tensor *g)
                                 t->producer ? t->producer->op : "leaf");
     }
     if (!t->grad) {
-        t->grad = tg_zeros(tape, t->dtype, t->device, t->ndim, t->shape);
+        /* An activation's gradient lives off the tape, so the backward can free it as soon as
+         * its producer has used it; a leaf's lives on the tape until the reset. */
+        t->grad = t->producer ? tg_tensor_new(t->dtype, t->device, t->ndim, t->shape)
+                              : tg_zeros(tape, t->dtype, t->device, t->ndim, t->shape);
         if (!t->grad) return TG_ERR_NOMEM;
     }
     if (t->device != g->device) {

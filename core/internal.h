@@ -35,6 +35,8 @@ struct tg_storage {
 typedef enum { TG_COPY_HOST_TO_DEVICE, TG_COPY_DEVICE_TO_HOST, TG_COPY_DEVICE_TO_DEVICE } tg_copy_direction;
 
 tg_status tg_device_alloc(tg_device device, size_t bytes, void **out);
+/* Counts host bytes taken (allocated) or given back, for tg_memory_stats_get(TG_DEVICE_CPU). */
+void tg_host_memory_account(size_t bytes, bool allocated);
 void tg_device_free(tg_device device, void *ptr, size_t bytes);
 /* Raw bytes between host and device, or within a device. */
 tg_status tg_device_memcpy(void *dst, const void *src, size_t bytes, tg_copy_direction direction);

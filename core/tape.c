@@ -40,6 +40,7 @@ struct tg_tape {
     bool grad_enabled;
     tg_node *last;
     size_t n_nodes;
+    size_t high_water; /* the most arena bytes in use at once since the last reset */
 };
 
 /* ---- arena ----------------------------------------------------------------------- */
@@ -55,6 +56,7 @@ static tg_chunk *chunk_new(size_t size)
         return NULL;
     }
     chunk->size = size;
+    tg_host_memory_account(size, true);
     return chunk;
 }
 
@@ -62,6 +64,7 @@ static void chunks_free(tg_chunk *chunk)
 {
     while (chunk) {
         tg_chunk *next = chunk->next;
+        tg_host_memory_account(chunk->size, false);
         free(chunk->data);
         free(chunk);
         chunk = next;
@@ -94,6 +97,12 @@ void *tg_tape_alloc(tg_tape *tape, size_t nbytes)
     tape->current = chunk;
     void *out = chunk->data + chunk->used;
     chunk->used += need;
+    if (chunk == tape->first) {
+        if (chunk->used > tape->high_water) tape->high_water = chunk->used;
+    } else {
+        size_t in_use = tg_tape_bytes_in_use(tape); /* a walk over the few chunks */
+        if (in_use > tape->high_water) tape->high_water = in_use;
+    }
     return out;
 }
 
@@ -172,10 +181,9 @@ void tg_tape_reset(tg_tape *tape)
     tape->last = NULL;
     tape->n_nodes = 0;
     if (tape->first->next) {
-        /* The step outgrew one chunk: merge into one big enough for the whole step. */
-        size_t total = 0;
-        for (tg_chunk *c = tape->first; c; c = c->next) total += c->size;
-        tg_chunk *merged = chunk_new(total);
+        /* The step outgrew one chunk: merge into one as big as the most the step had in use
+         * at once (not the sum of the chunks, which grew by doubling and waste up to half). */
+        tg_chunk *merged = chunk_new(tape->high_water);
         if (merged) {
             chunks_free(tape->first);
             tape->first = merged;
@@ -183,6 +191,7 @@ void tg_tape_reset(tg_tape *tape)
     }
     for (tg_chunk *c = tape->first; c; c = c->next) c->used = 0;
     tape->current = tape->first;
+    tape->high_water = 0;
 }
 
 bool tg_tape_set_grad_enabled(tg_tape *tape, bool enabled)
@@ -207,6 +216,8 @@ size_t tg_tape_bytes_in_use(const tg_tape *tape)
     }
     return total;
 }
+
+size_t tg_tape_peak_bytes(const tg_tape *tape) { return tape ? tape->high_water : 0; }
 
 /* ---- recording -------------------------------------------------------------------- */
 
@@ -259,33 +270,63 @@ tg_status tg_record(tg_tape *tape, const tg_op_record *record)
 
 /* ---- backward ---------------------------------------------------------------------- */
 
-static tg_status run_node_backward(tg_tape *tape, tg_node *node)
+/* A gradient buffer for each input of the node that is a leaf and has none yet. They are made
+ * on the tape before the node's backward runs, so the rewind after it leaves them be. */
+static tg_status prepare_leaf_grads(tg_tape *tape, tg_node *node)
 {
-    tg_tensor **dy = tg_tape_alloc(tape, sizeof(tg_tensor *) * (size_t)node->n_outputs);
-    tg_tensor **dx = tg_tape_alloc(tape, sizeof(tg_tensor *) * (size_t)(node->n_inputs + 1));
-    if (!dy || !dx) return tg_set_error(TG_ERR_NOMEM, "tg_backward: out of memory at %s", node->op);
-    bool any = false;
-    for (int j = 0; j < node->n_outputs; j++) {
-        dy[j] = node->outputs[j] ? node->outputs[j]->grad : NULL;
-        any = any || dy[j];
-    }
-    if (!any) return TG_OK; /* no gradient reaches this node */
-    memset(dx, 0, sizeof(tg_tensor *) * (size_t)(node->n_inputs + 1));
-    tg_status status = node->backward(node, dy, dx);
-    if (status != TG_OK) return status;
     for (int i = 0; i < node->n_inputs; i++) {
-        if (!dx[i] || !tg_node_needs_grad(node, i)) continue;
-        status = tg_accumulate_grad(tape, node->inputs[i], dx[i]);
-        if (status != TG_OK) return status;
+        tg_tensor *input = node->inputs[i];
+        if (!tg_node_needs_grad(node, i) || input->producer || input->grad) continue;
+        input->grad = tg_zeros(tape, input->dtype, input->device, input->ndim, input->shape);
+        if (!input->grad) return TG_ERR_NOMEM;
     }
     return TG_OK;
 }
 
+/* Frees the gradients of the node's outputs: once the node's backward has run, nothing reads
+ * them again (every consumer of an output was recorded later, so its backward ran earlier). */
+static void release_output_grads(tg_node *node)
+{
+    for (int j = 0; j < node->n_outputs; j++) {
+        tg_tensor *out = node->outputs[j];
+        if (!out || !out->grad) continue;
+        tg_tensor_free(out->grad);
+        out->grad = NULL;
+    }
+}
+
+/* One node's backward. What it allocates on the tape (its dx, its temporaries) is given back
+ * as soon as dx has been added into the inputs' gradients, and the gradients of its outputs
+ * are freed: a backward pass holds only the gradients still waiting for their producer, not
+ * every gradient of the step. */
+static tg_status run_node_backward(tg_tape *tape, tg_node *node)
+{
+    bool any = false;
+    for (int j = 0; j < node->n_outputs; j++) any = any || (node->outputs[j] && node->outputs[j]->grad);
+    if (!any) return TG_OK; /* no gradient reaches this node */
+    tg_status status = prepare_leaf_grads(tape, node);
+    if (status != TG_OK) return status;
+    tg_tape_mark mark = tg_tape_get_mark(tape);
+    tg_tensor **dy = tg_tape_alloc(tape, sizeof(tg_tensor *) * (size_t)node->n_outputs);
+    tg_tensor **dx = tg_tape_alloc(tape, sizeof(tg_tensor *) * (size_t)(node->n_inputs + 1));
+    if (!dy || !dx) return tg_set_error(TG_ERR_NOMEM, "tg_backward: out of memory at %s", node->op);
+    for (int j = 0; j < node->n_outputs; j++) dy[j] = node->outputs[j] ? node->outputs[j]->grad : NULL;
+    memset(dx, 0, sizeof(tg_tensor *) * (size_t)(node->n_inputs + 1));
+    status = node->backward(node, dy, dx);
+    for (int i = 0; i < node->n_inputs && status == TG_OK; i++) {
+        if (!dx[i] || !tg_node_needs_grad(node, i)) continue;
+        status = tg_accumulate_grad(tape, node->inputs[i], dx[i]);
+    }
+    if (status != TG_OK) return status;
+    release_output_grads(node);
+    tg_tape_rewind(tape, mark);
+    return TG_OK;
+}
+
+/* Frees every activation gradient still held (after a failed backward, or one left over). */
 static void clear_activation_grads(tg_tape *tape)
 {
-    for (tg_node *node = tape->last; node; node = node->prev)
-        for (int j = 0; j < node->n_outputs; j++)
-            if (node->outputs[j]) node->outputs[j]->grad = NULL;
+    for (tg_node *node = tape->last; node; node = node->prev) release_output_grads(node);
 }
 
 tg_status tg_backward_with_grad(tg_tape *tape, tg_tensor *output, const tg_tensor *output_grad)
@@ -303,7 +344,7 @@ tg_status tg_backward_with_grad(tg_tape *tape, tg_tensor *output, const tg_tenso
     if (!output->requires_grad)
         return tg_set_error(TG_ERR_STATE, "%s: the output does not require a gradient (no recorded op "
                                       "with a gradient-requiring input produced it)", op);
-    /* Gradients of activations belong to one backward pass: clear those of earlier ones. */
+    /* Gradients of activations belong to one backward pass: none is left from earlier ones. */
     clear_activation_grads(tape);
 
     /* Backward functions may call ops (on the same tape): they must not be recorded. */
@@ -312,7 +353,7 @@ tg_status tg_backward_with_grad(tg_tape *tape, tg_tensor *output, const tg_tenso
     for (tg_node *node = tape->last; node && status == TG_OK; node = node->prev)
         status = run_node_backward(tape, node);
     tg_tape_set_grad_enabled(tape, was_enabled);
-    if (status != TG_OK) clear_activation_grads(tape); /* they may point into memory the caller rewinds */
+    if (status != TG_OK) clear_activation_grads(tape);
     return status;
 }
 

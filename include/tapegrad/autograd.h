@@ -30,6 +30,9 @@ bool tg_tape_set_grad_enabled(tg_tape *tape, bool enabled);
 bool tg_tape_grad_enabled(const tg_tape *tape);
 size_t tg_tape_node_count(const tg_tape *tape);
 size_t tg_tape_bytes_in_use(const tg_tape *tape);
+/* The most bytes of the tape's arena in use at once since the last reset (a backward gives
+ * each op's temporaries back when the op is done, so this can exceed the bytes in use). */
+size_t tg_tape_peak_bytes(const tg_tape *tape);
 
 /* Backward from a one-element loss (seeded with 1). */
 tg_status tg_backward(tg_tape *tape, tg_tensor *loss);

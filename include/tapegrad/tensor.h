@@ -100,7 +100,9 @@ uint16_t tg_f32_to_f16(float value);  /* round to nearest even; overflow gives Â
 
 /* ---- device memory ------------------------------------------------------------------
  * CUDA memory comes from a caching allocator: freed blocks are kept and reused, so a
- * training loop does not call cudaMalloc after its first steps. */
+ * training loop does not call cudaMalloc after its first steps. Host memory (tape chunks,
+ * tensors the caller owns, gradients) is counted too, with nothing cached: for
+ * TG_DEVICE_CPU, bytes_reserved equals bytes_in_use. */
 typedef struct {
     size_t bytes_in_use;      /* handed out to tensors now */
     size_t peak_bytes_in_use; /* the most ever in use (since tg_memory_reset_peak) */
