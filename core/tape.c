@@ -1,9 +1,11 @@
 /* core/tape.c: the tape (an arena plus a list of nodes) and reverse-mode backward.
  *
- * Memory: every activation of a step (tensor structs, their bytes, nodes, gradients
- * made during backward) is bump-allocated from the tape's arena. tg_tape_reset
- * rewinds the arena; when a step needed several chunks, reset merges them into one,
- * so from the second identical step on, every allocation lands at the same address.
+ * Memory: every activation of a step (tensor structs, their bytes, nodes, the gradients of
+ * leaves) is bump-allocated from the tape's arena. tg_tape_reset rewinds the arena; when a
+ * step needed several chunks, reset merges them into one, so from the second identical
+ * step on, every allocation lands at the same address. During backward, each op's
+ * temporaries are rewound as soon as the op is done, and the gradients of activations
+ * live off the tape (heap or device blocks) and are freed once their producer has run.
  *
  * Backward: the nodes form a singly linked list in recording order, which is a
  * topological order. Walking it from the newest node to the oldest visits every node
