@@ -8,5 +8,6 @@
 #include "tapegrad/params.h"
 #include "tapegrad/rng.h"
 #include "tapegrad/gradcheck.h"
+#include "tapegrad/optim.h"
 
 #endif
