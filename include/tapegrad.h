@@ -9,5 +9,6 @@
 #include "tapegrad/rng.h"
 #include "tapegrad/gradcheck.h"
 #include "tapegrad/optim.h"
+#include "tapegrad/checkpoint.h"
 
 #endif
