@@ -10,5 +10,7 @@
 #include "tapegrad/gradcheck.h"
 #include "tapegrad/data.h"
 #include "tapegrad/nn.h"
+#include "tapegrad/optim.h"
+#include "tapegrad/checkpoint.h"
 
 #endif

@@ -1,14 +1,24 @@
 #!/usr/bin/env bash
-# Installs what tapegrad needs to build and test on Debian or Ubuntu (skips what is there).
+# Installs what tapegrad needs to build and test on Debian or Ubuntu (skips what is there):
+# the build tools and libraries, clang with libFuzzer (scripts/fuzz.sh), and python3 with
+# numpy and safetensors for the interoperability test (tests/python).
 set -euo pipefail
-packages=(build-essential cmake pkg-config libopenblas-dev libcriterion-dev)
+packages=(build-essential cmake pkg-config libopenblas-dev libcriterion-dev libcjson-dev
+          clang libclang-rt-dev python3 python3-pip)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
-echo "installing: ${missing[*]}"
-$sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" > /dev/null
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "installing: ${missing[*]}"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" > /dev/null
+fi
+# From PyPI, into the python3 that comes first on PATH (the one the tests run).
+if ! python3 -c "import numpy, safetensors" 2> /dev/null; then
+    echo "installing: numpy safetensors (pip)"
+    python3 -m pip install --quiet --break-system-packages numpy safetensors 2> /dev/null ||
+        python3 -m pip install --quiet numpy safetensors
+fi

@@ -1,0 +1,680 @@
+/* io/checkpoint.c: training checkpoints (parameters, optimizer state, step, generator
+ * state, config) in one safetensors file.
+ *
+ * Saving writes a temporary file beside the target and renames it over the target only
+ * once it is complete and on disk, so the target is always a whole checkpoint. Loading
+ * reads the whole file into scratch memory, checks the layout (io/safetensors.c), the
+ * metadata, every name, dtype and shape against the model and the CRC-32 of the data,
+ * and copies into the model only when all of it passed. */
+#define _POSIX_C_SOURCE 200809L /* mkstemp, fsync, O_DIRECTORY */
+#include "io/internal.h"
+#include "io/safetensors.h"
+#include "optim/internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "tensors are written in the host's byte order, and safetensors is little-endian"
+#endif
+
+#define FORMAT_NAME "tapegrad.checkpoint"
+#define CHUNK ((size_t)1 << 20) /* bytes written (or staged from a device) at a time */
+#define CRC_KEY "\"data_crc32\":\""
+
+void (*tg_checkpoint_write_hook)(const char *temp_path, uint64_t written, uint64_t total) = NULL;
+
+/* ---- CRC-32 (IEEE 802.3, reflected, as zlib's crc32) ------------------------------------ */
+
+static void crc_table(uint32_t table[256])
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = c & 1 ? 0xedb88320u ^ (c >> 1) : c >> 1;
+        table[i] = c;
+    }
+}
+
+/* Continues a CRC (start from 0) over n more bytes. */
+static uint32_t crc_update(const uint32_t table[256], uint32_t crc, const unsigned char *bytes, size_t n)
+{
+    crc = ~crc;
+    for (size_t i = 0; i < n; i++) crc = table[(crc ^ bytes[i]) & 0xff] ^ (crc >> 8);
+    return ~crc;
+}
+
+/* ---- what goes into a file: one entry per tensor ----------------------------------------- */
+
+typedef struct {
+    char *name;
+    const tg_tensor *param; /* the parameter whose shape it has */
+    char *data;             /* its first byte, on the store's device */
+    tg_dtype dtype;
+    uint64_t bytes, begin;  /* size, and offset in the data section */
+    const tg_st_tensor *found; /* loading: the file's tensor of this name */
+} entry;
+
+typedef struct {
+    entry *entries;
+    size_t count;
+    tg_device device;
+} plan;
+
+static void plan_release(plan *p)
+{
+    for (size_t i = 0; i < p->count; i++) free(p->entries[i].name);
+    free(p->entries);
+    *p = (plan){0};
+}
+
+static bool add_entry(plan *p, const char *prefix, const char *buffer, const tg_tensor *param, char *data, tg_dtype dtype)
+{
+    size_t n = strlen(prefix) + strlen(buffer) + strlen(param->name) + 3;
+    entry *e = &p->entries[p->count];
+    if (!(e->name = malloc(n))) return false;
+    snprintf(e->name, n, "%s%s%s%s", prefix, buffer, *buffer ? "." : "", param->name);
+    e->param = param;
+    e->data = data;
+    e->dtype = dtype;
+    e->bytes = (uint64_t)tg_numel(param) * tg_dtype_size(dtype);
+    p->count++;
+    return true;
+}
+
+/* The parameters in store order, then each optimizer buffer's slice per parameter. */
+static tg_status plan_build(const char *op, tg_params *params, const tg_optim *optim, plan *p)
+{
+    tg_optim_buffer buffers[TG_OPTIM_MAX_BUFFERS];
+    int n_buffers = optim ? tg_optim_buffers(optim, buffers) : 0;
+    size_t n_params = tg_params_count(params);
+    *p = (plan){.device = tg_params_get(params, 0)->device};
+    p->entries = calloc(n_params * (size_t)(1 + n_buffers), sizeof *p->entries);
+    bool ok = p->entries != NULL;
+    for (size_t i = 0; ok && i < n_params; i++) {
+        tg_tensor *t = tg_params_get(params, i);
+        ok = add_entry(p, "", "", t, tg_bytes(t), t->dtype);
+    }
+    for (int b = 0; ok && b < n_buffers; b++)
+        for (size_t i = 0; ok && i < n_params; i++) {
+            tg_tensor *t = tg_params_get(params, i);
+            char *data = (char *)buffers[b].data + t->offset * (int64_t)tg_dtype_size(buffers[b].dtype);
+            ok = add_entry(p, "optim.", buffers[b].name, t, data, buffers[b].dtype);
+        }
+    if (ok) return TG_OK;
+    plan_release(p);
+    return tg_set_error(TG_ERR_NOMEM, "%s: out of memory listing %zu tensors", op, n_params * (size_t)(1 + n_buffers));
+}
+
+/* Data offsets: larger elements first (f64, then f32, then 16-bit), so that every tensor
+ * starts at a multiple of its element size (the header ends at a multiple of 8). */
+static uint64_t plan_offsets(plan *p)
+{
+    uint64_t at = 0;
+    for (size_t size = 8; size >= 1; size /= 2)
+        for (size_t i = 0; i < p->count; i++)
+            if (tg_dtype_size(p->entries[i].dtype) == size) {
+                p->entries[i].begin = at;
+                at += p->entries[i].bytes;
+            }
+    return at;
+}
+
+/* ---- checks shared by save and load ----------------------------------------------------------- */
+
+static tg_status check_params(const char *op, const char *path, tg_params *params, const tg_optim *optim)
+{
+    if (!path || !params) return tg_set_error(TG_ERR_INVALID, "%s: path and params must not be NULL", op);
+    if (tg_params_count(params) == 0) return tg_set_error(TG_ERR_INVALID, "%s: %s: the store has no parameters", op, path);
+    for (size_t i = 0; i < tg_params_count(params); i++)
+        if (!strncmp(tg_params_get(params, i)->name, "optim.", 6))
+            return tg_set_error(TG_ERR_INVALID, "%s: %s: parameter '%s': names starting with 'optim.' are kept for optimizer state",
+                                op, path, tg_params_get(params, i)->name);
+    if (optim && tg_optim_params(optim) != params)
+        return tg_set_error(TG_ERR_INVALID, "%s: %s: the optimizer belongs to another parameter store", op, path);
+    return !optim || tg_optim_matches_store(op, optim) ? TG_OK : TG_ERR_STATE;
+}
+
+/* ---- saving ---------------------------------------------------------------------------------- */
+
+static cJSON *add_number(cJSON *array, uint64_t value)
+{
+    char text[24];
+    snprintf(text, sizeof text, "%llu", (unsigned long long)value); /* exact, unlike a double */
+    cJSON *item = cJSON_CreateRaw(text);
+    if (item) cJSON_AddItemToArray(array, item);
+    return item;
+}
+
+static bool add_tensor(cJSON *root, const entry *e)
+{
+    cJSON *t = cJSON_AddObjectToObject(root, e->name);
+    cJSON *shape = t && cJSON_AddStringToObject(t, "dtype", tg_st_dtype_name(e->dtype)) ? cJSON_AddArrayToObject(t, "shape") : NULL;
+    bool ok = shape != NULL;
+    for (int d = 0; ok && d < e->param->ndim; d++) ok = add_number(shape, (uint64_t)e->param->shape[d]) != NULL;
+    cJSON *offsets = ok ? cJSON_AddArrayToObject(t, "data_offsets") : NULL;
+    return offsets && add_number(offsets, e->begin) && add_number(offsets, e->begin + e->bytes);
+}
+
+static bool add_metadata(cJSON *root, const tg_optim *optim, const tg_checkpoint_info *info, const char *config)
+{
+    char step[24], optim_step[24], rng[72];
+    snprintf(step, sizeof step, "%lld", (long long)(info ? info->step : 0));
+    snprintf(optim_step, sizeof optim_step, "%lld", (long long)tg_optim_step_count(optim));
+    const uint64_t *s = info ? info->rng.s : (const uint64_t[4]){0};
+    snprintf(rng, sizeof rng, "%016llx %016llx %016llx %016llx", (unsigned long long)s[0], (unsigned long long)s[1],
+             (unsigned long long)s[2], (unsigned long long)s[3]);
+    cJSON *m = cJSON_AddObjectToObject(root, "__metadata__");
+    return m && cJSON_AddStringToObject(m, "format", FORMAT_NAME) &&
+           cJSON_AddStringToObject(m, "format_version", "1") && cJSON_AddStringToObject(m, "step", step) &&
+           cJSON_AddStringToObject(m, "rng", rng) &&
+           cJSON_AddStringToObject(m, "optimizer", optim ? tg_optim_kind_name(tg_optim_get_config(optim)->kind) : "none") &&
+           cJSON_AddStringToObject(m, "optimizer_step", optim_step) && cJSON_AddStringToObject(m, "config", config) &&
+           cJSON_AddStringToObject(m, "data_crc32", "00000000"); /* filled in once the data is written */
+}
+
+/* The header text, padded with spaces so that the data section starts at a multiple of 8;
+ * *crc_at is where the CRC's 8 hex digits go. */
+static char *header_text(const plan *p, const tg_optim *optim, const tg_checkpoint_info *info, const char *config,
+                         uint64_t *length, size_t *crc_at)
+{
+    cJSON *root = cJSON_CreateObject();
+    bool ok = root && add_metadata(root, optim, info, config);
+    for (size_t i = 0; ok && i < p->count; i++) ok = add_tensor(root, &p->entries[i]);
+    char *json = ok ? cJSON_PrintUnformatted(root) : NULL;
+    cJSON_Delete(root);
+    if (!json) return NULL;
+    size_t n = strlen(json), padded = (n + 7) / 8 * 8;
+    char *text = malloc(padded + 1);
+    if (text) {
+        memcpy(text, json, n);
+        memset(text + n, ' ', padded - n);
+        text[padded] = '\0';
+    }
+    free(json);
+    const char *crc = text ? strstr(text, CRC_KEY) : NULL;
+    if (!crc) {
+        free(text);
+        return NULL;
+    }
+    *crc_at = (size_t)(crc - text) + strlen(CRC_KEY);
+    *length = padded;
+    return text;
+}
+
+typedef struct {
+    const char *op, *path;
+    char *temp;
+    int fd;
+    uint64_t written, total;
+} writer;
+
+static tg_status io_error(const writer *w, const char *what)
+{
+    return tg_set_error(TG_ERR_INVALID, "%s: %s: %s: %s", w->op, w->path, what, strerror(errno));
+}
+
+static tg_status write_all(writer *w, const void *bytes, size_t n)
+{
+    const char *at = bytes;
+    while (n > 0) {
+        ssize_t done = write(w->fd, at, n);
+        if (done < 0 && errno == EINTR) continue;
+        if (done < 0) return io_error(w, "cannot write the temporary file");
+        at += done;
+        n -= (size_t)done;
+        w->written += (uint64_t)done;
+    }
+    if (tg_checkpoint_write_hook) tg_checkpoint_write_hook(w->temp, w->written, w->total);
+    return TG_OK;
+}
+
+/* Writes the tensors in data-section order (host memory directly, device memory through a
+ * staging buffer), and returns the CRC of all of it in *crc. */
+static tg_status write_data(writer *w, const plan *p, uint32_t *crc)
+{
+    uint32_t table[256];
+    crc_table(table);
+    *crc = 0;
+    unsigned char *stage = p->device == TG_DEVICE_CPU ? NULL : malloc(CHUNK);
+    if (p->device != TG_DEVICE_CPU && !stage) return tg_set_error(TG_ERR_NOMEM, "%s: out of memory", w->op);
+    tg_status status = TG_OK;
+    for (size_t size = 8; size >= 1 && status == TG_OK; size /= 2)
+        for (size_t i = 0; i < p->count && status == TG_OK; i++) {
+            const entry *e = &p->entries[i];
+            if (tg_dtype_size(e->dtype) != size) continue;
+            for (uint64_t done = 0; done < e->bytes && status == TG_OK; done += CHUNK) {
+                size_t n = e->bytes - done < CHUNK ? (size_t)(e->bytes - done) : CHUNK;
+                const unsigned char *bytes = (const unsigned char *)e->data + done;
+                if (stage) {
+                    status = tg_device_memcpy(stage, bytes, n, TG_COPY_DEVICE_TO_HOST);
+                    bytes = stage;
+                }
+                if (status == TG_OK) {
+                    *crc = crc_update(table, *crc, bytes, n);
+                    status = write_all(w, bytes, n);
+                }
+            }
+        }
+    free(stage);
+    return status;
+}
+
+/* "<dir>/.<base>.tmp.XXXXXX" beside path; *dir gets the directory ("." for a bare name). */
+static char *temp_name(const char *path, char **dir)
+{
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    size_t dir_length = slash ? (size_t)(slash - path) + (slash == path) : 1;
+    char *name = malloc(dir_length + strlen(base) + 16);
+    *dir = malloc(dir_length + 1);
+    if (!name || !*dir) {
+        free(name);
+        free(*dir);
+        *dir = NULL;
+        return NULL;
+    }
+    memcpy(*dir, slash ? path : ".", dir_length);
+    (*dir)[dir_length] = '\0';
+    snprintf(name, dir_length + strlen(base) + 16, "%s/.%s.tmp.XXXXXX", *dir, base);
+    return name;
+}
+
+/* Writes the whole file under a temporary name, flushes it, renames it over path and
+ * flushes the directory (so that the rename itself survives a crash). */
+static tg_status write_atomically(writer *w, const char *header, uint64_t header_length, size_t crc_at, const plan *p)
+{
+    char *dir = NULL;
+    if (!(w->temp = temp_name(w->path, &dir))) return tg_set_error(TG_ERR_NOMEM, "%s: out of memory", w->op);
+    tg_status status = TG_OK;
+    if ((w->fd = mkstemp(w->temp)) < 0) {
+        status = io_error(w, "cannot create a temporary file beside it");
+        goto done;
+    }
+    uint32_t crc = 0;
+    char crc_text[9];
+    status = fchmod(w->fd, 0644) ? io_error(w, "cannot set the temporary file's mode") : TG_OK;
+    if (status == TG_OK) status = write_all(w, &header_length, 8);
+    if (status == TG_OK) status = write_all(w, header, (size_t)header_length);
+    if (status == TG_OK) status = write_data(w, p, &crc);
+    snprintf(crc_text, sizeof crc_text, "%08x", crc);
+    if (status == TG_OK && pwrite(w->fd, crc_text, 8, (off_t)(8 + crc_at)) != 8)
+        status = io_error(w, "cannot write the checksum");
+    if (status == TG_OK && fsync(w->fd)) status = io_error(w, "cannot flush the temporary file to disk");
+    if (close(w->fd) && status == TG_OK) status = io_error(w, "cannot close the temporary file");
+    if (status == TG_OK && rename(w->temp, w->path)) status = io_error(w, "cannot rename the temporary file over it");
+    if (status != TG_OK) {
+        unlink(w->temp);
+        goto done;
+    }
+    int dir_fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (dir_fd < 0 || fsync(dir_fd)) status = io_error(w, "saved, but cannot flush its directory to disk");
+    if (dir_fd >= 0) close(dir_fd);
+done:
+    free(dir);
+    free(w->temp);
+    return status;
+}
+
+tg_status tg_checkpoint_save(const char *path, tg_params *params, const tg_optim *optim, const tg_checkpoint_info *info)
+{
+    const char *op = "tg_checkpoint_save";
+    tg_status status = check_params(op, path, params, optim);
+    if (status != TG_OK) return status;
+    const char *config = info && info->config ? info->config : "{}";
+    cJSON *parsed = cJSON_Parse(config);
+    cJSON_Delete(parsed);
+    if (!parsed) return tg_set_error(TG_ERR_INVALID, "%s: %s: the config is not valid JSON", op, path);
+    plan p;
+    if ((status = plan_build(op, params, optim, &p)) != TG_OK) return status;
+    writer w = {.op = op, .path = path, .fd = -1};
+    uint64_t header_length = 0;
+    size_t crc_at = 0;
+    uint64_t data_size = plan_offsets(&p);
+    char *header = header_text(&p, optim, info, config, &header_length, &crc_at);
+    if (!header) {
+        status = tg_set_error(TG_ERR_NOMEM, "%s: %s: out of memory writing the header", op, path);
+    } else {
+        w.total = 8 + header_length + data_size;
+        status = write_atomically(&w, header, header_length, crc_at, &p);
+    }
+    free(header);
+    plan_release(&p);
+    return status;
+}
+
+/* ---- loading: metadata ------------------------------------------------------------------------ */
+
+typedef struct {
+    int64_t step, optim_step;
+    tg_rng rng;
+    const char *config, *optimizer;
+    uint32_t crc;
+} meta;
+
+static bool parse_int(const char *text, int64_t *out)
+{
+    if (!text || !*text) return false;
+    char *end;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (errno || *end || v < 0 || (text[0] < '0' || text[0] > '9')) return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_hex(const char *text, size_t digits, uint64_t *out)
+{
+    uint64_t v = 0;
+    for (size_t i = 0; i < digits; i++) {
+        char c = text[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0) return false;
+        v = v << 4 | (uint64_t)d;
+    }
+    *out = v;
+    return true;
+}
+
+/* Reads and checks the metadata this module writes; *problem on failure. */
+static bool read_meta(const tg_st_header *h, meta *m, char *problem, size_t size)
+{
+    const char *format = tg_st_metadata(h, "format"), *version = tg_st_metadata(h, "format_version");
+    const char *rng = tg_st_metadata(h, "rng"), *crc = tg_st_metadata(h, "data_crc32");
+    int64_t v = 0;
+    uint64_t crc_value = 0;
+    m->config = tg_st_metadata(h, "config");
+    m->optimizer = tg_st_metadata(h, "optimizer");
+    const char *wrong = NULL;
+    if (!format || strcmp(format, FORMAT_NAME)) wrong = "it is not a tapegrad checkpoint (no metadata \"format\": \"" FORMAT_NAME "\")";
+    else if (!parse_int(version, &v)) wrong = "metadata \"format_version\" is missing or not a number";
+    else if (v != TG_CHECKPOINT_FORMAT_VERSION) {
+        snprintf(problem, size, "format version %lld is not supported (this build reads version %d)", (long long)v,
+                 TG_CHECKPOINT_FORMAT_VERSION);
+        return false;
+    } else if (!parse_int(tg_st_metadata(h, "step"), &m->step)) wrong = "metadata \"step\" is missing or not a count";
+    else if (!parse_int(tg_st_metadata(h, "optimizer_step"), &m->optim_step))
+        wrong = "metadata \"optimizer_step\" is missing or not a count";
+    else if (!rng || strlen(rng) != 67 || rng[16] != ' ' || rng[33] != ' ' || rng[50] != ' ' ||
+             !parse_hex(rng, 16, &m->rng.s[0]) || !parse_hex(rng + 17, 16, &m->rng.s[1]) ||
+             !parse_hex(rng + 34, 16, &m->rng.s[2]) || !parse_hex(rng + 51, 16, &m->rng.s[3]))
+        wrong = "metadata \"rng\" is missing or not four 16-digit hex words";
+    else if (!m->optimizer || (strcmp(m->optimizer, "none") && strcmp(m->optimizer, "sgd") && strcmp(m->optimizer, "adamw")))
+        wrong = "metadata \"optimizer\" is missing or not one of none, sgd, adamw";
+    else if (!crc || strlen(crc) != 8 || !parse_hex(crc, 8, &crc_value)) wrong = "metadata \"data_crc32\" is missing or not 8 hex digits";
+    else if (!m->config) wrong = "metadata \"config\" is missing";
+    if (wrong) {
+        snprintf(problem, size, "%s", wrong);
+        return false;
+    }
+    m->crc = (uint32_t)crc_value;
+    cJSON *config = cJSON_Parse(m->config);
+    cJSON_Delete(config);
+    if (!config) snprintf(problem, size, "metadata \"config\" is not valid JSON");
+    return config != NULL;
+}
+
+/* ---- loading: matching the file against the model ------------------------------------------------ */
+
+static int entry_by_name(const void *a, const void *b) { return strcmp(((const entry *)a)->name, ((const entry *)b)->name); }
+
+static entry *find_entry(plan *p, const char *name)
+{
+    entry key = {.name = (char *)name};
+    return bsearch(&key, p->entries, p->count, sizeof *p->entries, entry_by_name);
+}
+
+/* "[2, 3] F32" */
+static const char *describe(int ndim, const int64_t *shape, tg_dtype dtype, char *text, size_t size)
+{
+    char dims[96];
+    snprintf(text, size, "%s %s", tg_shape_str(ndim, shape, dims, sizeof dims), tg_st_dtype_name(dtype));
+    return text;
+}
+
+/* Pairs every file tensor with the model's entry of that name; any tensor the model lacks,
+ * any mismatch of dtype or shape, and any entry the file lacks is a problem. */
+static bool match(const tg_st_header *h, plan *p, bool ignore_optim, char *problem, size_t size)
+{
+    qsort(p->entries, p->count, sizeof *p->entries, entry_by_name);
+    for (size_t i = 0; i < h->count; i++) {
+        const tg_st_tensor *t = &h->tensors[i];
+        entry *e = find_entry(p, t->name);
+        if (!e && ignore_optim && !strncmp(t->name, "optim.", 6)) continue;
+        if (!e) {
+            snprintf(problem, size, "tensor '%s' is in the file but not in the %s", t->name,
+                     strncmp(t->name, "optim.", 6) ? "model" : "optimizer's state");
+            return false;
+        }
+        bool same = t->dtype == e->dtype && t->ndim == e->param->ndim;
+        for (int d = 0; same && d < t->ndim; d++) same = t->shape[d] == e->param->shape[d];
+        if (!same) {
+            char in_file[128], in_model[128];
+            snprintf(problem, size, "tensor '%s' is %s in the file but %s in the model", t->name,
+                     describe(t->ndim, t->shape, t->dtype, in_file, sizeof in_file),
+                     describe(e->param->ndim, e->param->shape, e->dtype, in_model, sizeof in_model));
+            return false;
+        }
+        e->found = t;
+    }
+    for (size_t i = 0; i < p->count; i++)
+        if (!p->entries[i].found) {
+            snprintf(problem, size, "tensor '%s' is missing from the file", p->entries[i].name);
+            return false;
+        }
+    return true;
+}
+
+static bool check_optimizer(const meta *m, const tg_optim *optim, char *problem, size_t size)
+{
+    if (!optim) return true;
+    const char *kind = tg_optim_kind_name(tg_optim_get_config(optim)->kind);
+    if (!strcmp(m->optimizer, kind)) return true;
+    if (!strcmp(m->optimizer, "none"))
+        snprintf(problem, size, "it holds no optimizer state, but a %s optimizer was given to load into", kind);
+    else
+        snprintf(problem, size, "it holds %s optimizer state, but the optimizer given is %s", m->optimizer, kind);
+    return false;
+}
+
+static tg_status load_fail(const char *name, const char *problem)
+{
+    return tg_set_error(TG_ERR_INVALID, "tg_checkpoint_load: %s: %s; nothing was changed", name, problem);
+}
+
+/* Everything is checked before the first byte of the model changes. */
+static tg_status load_parsed(const char *name, const tg_st_header *h, const unsigned char *data, tg_params *params,
+                             tg_optim *optim, tg_checkpoint_info *info)
+{
+    char problem[512];
+    meta m = {0};
+    if (!read_meta(h, &m, problem, sizeof problem) || !check_optimizer(&m, optim, problem, sizeof problem))
+        return load_fail(name, problem);
+    plan p;
+    tg_status status = plan_build("tg_checkpoint_load", params, optim, &p);
+    if (status != TG_OK) return status;
+    if (!match(h, &p, optim == NULL, problem, sizeof problem)) {
+        plan_release(&p);
+        return load_fail(name, problem);
+    }
+    uint32_t table[256];
+    crc_table(table);
+    uint32_t crc = crc_update(table, 0, data, (size_t)h->data_size);
+    char *config = info ? malloc(strlen(m.config) + 1) : NULL;
+    if (crc != m.crc || (info && !config)) {
+        plan_release(&p);
+        free(config);
+        if (crc != m.crc) {
+            snprintf(problem, sizeof problem, "the data's CRC-32 is %08x but the file says %08x (the data is corrupt)", crc, m.crc);
+            return load_fail(name, problem);
+        }
+        return tg_set_error(TG_ERR_NOMEM, "tg_checkpoint_load: %s: out of memory", name);
+    }
+    /* Commit: only a failing device copy can stop it now. */
+    for (size_t i = 0; i < p.count && status == TG_OK; i++) {
+        const entry *e = &p.entries[i];
+        const unsigned char *from = data + e->found->begin;
+        if (p.device == TG_DEVICE_CPU)
+            memcpy(e->data, from, (size_t)e->bytes);
+        else
+            status = tg_device_memcpy(e->data, from, (size_t)e->bytes, TG_COPY_HOST_TO_DEVICE);
+    }
+    plan_release(&p);
+    if (status != TG_OK) {
+        free(config);
+        return status;
+    }
+    if (optim) tg_optim_set_step_count(optim, m.optim_step);
+    if (info) {
+        strcpy(config, m.config);
+        *info = (tg_checkpoint_info){.step = m.step, .rng = m.rng, .config = config};
+    }
+    return TG_OK;
+}
+
+/* ---- loading: files and buffers --------------------------------------------------------------------- */
+
+/* Reads the 8-byte header length (first may be NULL when the file is shorter than 8
+ * bytes) and checks it against the file's size. */
+static bool check_length(const unsigned char *first, uint64_t size, uint64_t *length, char *problem, size_t n)
+{
+    if (size < 8 || !first) {
+        snprintf(problem, n, "the file has %llu bytes, fewer than the 8 of the header length (truncated)",
+                 (unsigned long long)size);
+        return false;
+    }
+    memcpy(length, first, 8);
+    if (*length > size - 8) {
+        snprintf(problem, n, "the header length %llu is more than the %llu bytes that follow it (truncated or corrupt)",
+                 (unsigned long long)*length, (unsigned long long)(size - 8));
+        return false;
+    }
+    if (*length > TG_ST_MAX_HEADER) {
+        snprintf(problem, n, "the header length %llu is more than the %llu this reader accepts",
+                 (unsigned long long)*length, (unsigned long long)TG_ST_MAX_HEADER);
+        return false;
+    }
+    return true;
+}
+
+tg_status tg_checkpoint_load_buffer(const void *bytes, size_t size, const char *name, tg_params *params, tg_optim *optim,
+                                    tg_checkpoint_info *info)
+{
+    name = name ? name : "(buffer)";
+    tg_status status = check_params("tg_checkpoint_load", name, params, optim);
+    if (status != TG_OK) return status;
+    if (!bytes) return tg_set_error(TG_ERR_INVALID, "tg_checkpoint_load: %s: bytes is NULL", name);
+    char problem[512];
+    tg_st_header h;
+    uint64_t length;
+    if (!check_length(size >= 8 ? bytes : NULL, size, &length, problem, sizeof problem) ||
+        !tg_st_parse_header((const char *)bytes + 8, length, size - 8 - length, &h, problem, sizeof problem))
+        return load_fail(name, problem);
+    status = load_parsed(name, &h, (const unsigned char *)bytes + 8 + length, params, optim, info);
+    tg_st_header_release(&h);
+    return status;
+}
+
+static tg_status open_regular(const char *op, const char *path, int *fd, uint64_t *size)
+{
+    struct stat st;
+    if ((*fd = open(path, O_RDONLY)) < 0 || fstat(*fd, &st)) {
+        tg_status status = tg_set_error(TG_ERR_INVALID, "%s: %s: cannot open: %s", op, path, strerror(errno));
+        if (*fd >= 0) close(*fd);
+        return status;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(*fd);
+        return tg_set_error(TG_ERR_INVALID, "%s: %s: not a regular file", op, path);
+    }
+    *size = (uint64_t)st.st_size;
+    return TG_OK;
+}
+
+/* Reads the whole file: the scratch copy that is checked before anything is loaded. */
+static tg_status read_file(const char *op, const char *path, unsigned char **bytes, size_t *size)
+{
+    int fd;
+    uint64_t file_size;
+    tg_status status = open_regular(op, path, &fd, &file_size);
+    if (status != TG_OK) return status;
+    *size = (size_t)file_size;
+    if (!(*bytes = malloc(*size ? *size : 1))) {
+        close(fd);
+        return tg_set_error(TG_ERR_NOMEM, "%s: %s: out of memory for %zu bytes", op, path, *size);
+    }
+    size_t got = 0;
+    while (got < *size) {
+        ssize_t n = read(fd, *bytes + got, *size - got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        got += (size_t)n;
+    }
+    close(fd);
+    if (got == *size) return TG_OK;
+    free(*bytes);
+    return tg_set_error(TG_ERR_INVALID, "%s: %s: read %zu of %zu bytes (the file changed or cannot be read)", op, path,
+                        got, *size);
+}
+
+tg_status tg_checkpoint_load(const char *path, tg_params *params, tg_optim *optim, tg_checkpoint_info *info)
+{
+    tg_status status = check_params("tg_checkpoint_load", path, params, optim);
+    if (status != TG_OK) return status;
+    unsigned char *bytes;
+    size_t size;
+    status = read_file("tg_checkpoint_load", path, &bytes, &size);
+    if (status != TG_OK) return status;
+    status = tg_checkpoint_load_buffer(bytes, size, path, params, optim, info);
+    free(bytes);
+    return status;
+}
+
+tg_status tg_checkpoint_read_info(const char *path, tg_checkpoint_info *info)
+{
+    const char *op = "tg_checkpoint_read_info";
+    if (!path || !info) return tg_set_error(TG_ERR_INVALID, "%s: path and info must not be NULL", op);
+    int fd;
+    uint64_t size, length = 0;
+    tg_status status = open_regular(op, path, &fd, &size);
+    if (status != TG_OK) return status;
+    /* Only the length and the header are read; the data section's size follows from the
+     * file's, so the layout is checked in full. */
+    char problem[512];
+    unsigned char first[8];
+    char *json = NULL;
+    bool ok = size >= 8 && pread(fd, first, 8, 0) == 8;
+    ok = ok ? check_length(first, size, &length, problem, sizeof problem) : check_length(NULL, size, &length, problem, sizeof problem);
+    if (ok && !(json = malloc((size_t)length + 1))) {
+        close(fd);
+        return tg_set_error(TG_ERR_NOMEM, "%s: %s: out of memory", op, path);
+    }
+    if (ok && pread(fd, json, (size_t)length, 8) != (ssize_t)length) {
+        snprintf(problem, sizeof problem, "cannot read the %llu-byte header: %s", (unsigned long long)length, strerror(errno));
+        ok = false;
+    }
+    close(fd);
+    tg_st_header h = {0};
+    meta m = {0};
+    ok = ok && tg_st_parse_header(json, length, size - 8 - length, &h, problem, sizeof problem) &&
+         read_meta(&h, &m, problem, sizeof problem);
+    char *config = ok ? malloc(strlen(m.config) + 1) : NULL;
+    if (config) strcpy(config, m.config);
+    tg_st_header_release(&h);
+    free(json);
+    if (!ok) return tg_set_error(TG_ERR_INVALID, "%s: %s: %s", op, path, problem);
+    if (!config) return tg_set_error(TG_ERR_NOMEM, "%s: %s: out of memory", op, path);
+    *info = (tg_checkpoint_info){.step = m.step, .rng = m.rng, .config = config};
+    return TG_OK;
+}
+
+void tg_checkpoint_info_clear(tg_checkpoint_info *info)
+{
+    if (!info) return;
+    free(info->config);
+    info->config = NULL;
+}

@@ -1,0 +1,217 @@
+// kernels/cuda/optim.cu: the optimizer updates and the gradient-norm helpers on the device.
+//
+// Update: one launch over the whole store. Block b takes ranges b, b + gridDim.x, ... of
+// the group table (kernels/optim.h); a range is at most TG_OPTIM_CHUNK elements of one
+// group, so each block reads its group's learning rate and decay once per range and its
+// threads stride through the range's elements (coalesced). Maths in float for f32, bf16
+// and f16 stores (with the f32 master for the last two), in double for f64.
+//
+// Sum of squares: the number of blocks and each block's slice depend on n alone; each
+// thread sums its elements in double in index order, a block adds its threads' sums in a
+// fixed tree, and one block adds the blocks' partial sums in a fixed tree. The same
+// gradients give the same norm on every run; no atomics.
+#include "kernels/optim.h"
+#include "kernels/cuda/common.cuh"
+
+// ---- the compute type ---------------------------------------------------------------------------
+
+__device__ inline float widen(float x) { return x; }
+__device__ inline float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ inline float widen(__half x) { return __half2float(x); }
+__device__ inline double widen(double x) { return x; }
+
+template <typename T> __device__ inline T narrow(float x) { return tg_from_float<T>(x); }
+template <> __device__ inline double narrow<double>(float x) { return x; } // (the master path, never taken for f64)
+template <typename T> __device__ inline T narrow(double x);
+template <> __device__ inline double narrow<double>(double x) { return x; }
+
+// The parameter's value: the master when there is one (bf16/f16 stores), else the store.
+template <typename P, typename C> __device__ inline C load_param(const tg_optim_update &u, const P *param, int64_t i)
+{
+    return u.master ? (C)u.master[i] : (C)widen(param[i]);
+}
+
+template <typename P, typename C> __device__ inline void store_param(const tg_optim_update &u, P *param, int64_t i, C p)
+{
+    if (u.master) {
+        u.master[i] = (float)p;
+        param[i] = narrow<P>((float)p);
+    } else {
+        param[i] = narrow<P>(p);
+    }
+}
+
+// ---- AdamW and SGD ------------------------------------------------------------------------------------
+
+// p ← p·(1 − lr·wd); m ← β1·m + (1 − β1)·g; v ← β2·v + (1 − β2)·g²;
+// p ← p − lr · (m / (1 − β1^t)) / (√(v / (1 − β2^t)) + eps)
+template <typename P, typename C> __global__ void adamw_kernel(tg_optim_update u)
+{
+    P *param = (P *)u.param;
+    const P *grad = (const P *)u.grad;
+    C *m = (C *)u.state0, *v = (C *)u.state1;
+    const C beta1 = (C)u.beta1, beta2 = (C)u.beta2, eps = (C)u.eps, scale = (C)u.grad_scale;
+    const C bc1 = (C)u.bias_correction1, bc2 = (C)u.bias_correction2;
+    for (int64_t r = blockIdx.x; r < u.n_ranges; r += gridDim.x) {
+        const tg_optim_range range = u.ranges[r];
+        const C lr = (C)u.groups.lr[range.group];
+        const C decay = (C)(1.0 - u.groups.lr[range.group] * u.groups.weight_decay[range.group]);
+        for (int64_t i = range.begin + threadIdx.x; i < range.begin + range.length; i += blockDim.x) {
+            C g = scale * (C)widen(grad[i]);
+            C mi = beta1 * m[i] + (1 - beta1) * g;
+            C vi = beta2 * v[i] + (1 - beta2) * g * g;
+            m[i] = mi;
+            v[i] = vi;
+            C p = load_param<P, C>(u, param, i) * decay;
+            p -= lr * (mi / bc1) / (tg_sqrt(vi / bc2) + eps);
+            store_param<P, C>(u, param, i, p);
+        }
+    }
+}
+
+// g ← grad + wd·p; buf ← μ·buf + g; p ← p − lr·(nesterov ? g + μ·buf : buf) (buf = g when μ = 0)
+template <typename P, typename C> __global__ void sgd_kernel(tg_optim_update u)
+{
+    P *param = (P *)u.param;
+    const P *grad = (const P *)u.grad;
+    C *buffer = (C *)u.state0;
+    const C momentum = (C)u.momentum, scale = (C)u.grad_scale;
+    for (int64_t r = blockIdx.x; r < u.n_ranges; r += gridDim.x) {
+        const tg_optim_range range = u.ranges[r];
+        const C lr = (C)u.groups.lr[range.group], wd = (C)u.groups.weight_decay[range.group];
+        for (int64_t i = range.begin + threadIdx.x; i < range.begin + range.length; i += blockDim.x) {
+            C p = load_param<P, C>(u, param, i);
+            C g = scale * (C)widen(grad[i]) + wd * p, d = g;
+            if (buffer) {
+                C b = momentum * buffer[i] + g;
+                buffer[i] = b;
+                d = u.nesterov ? g + momentum * b : b;
+            }
+            store_param<P, C>(u, param, i, p - lr * d);
+        }
+    }
+}
+
+static unsigned update_blocks(int64_t n_ranges) { return (unsigned)(n_ranges < 65536 ? n_ranges : 65536); }
+
+template <template <typename, typename> class Launch> static tg_status by_dtype(const tg_optim_update *u)
+{
+    switch (u->param_dtype) {
+    case TG_F32: return Launch<float, float>::run(*u);
+    case TG_BF16: return Launch<__nv_bfloat16, float>::run(*u);
+    case TG_F16: return Launch<__half, float>::run(*u);
+    case TG_F64: return Launch<double, double>::run(*u);
+    default: return tg_set_error(TG_ERR_DTYPE, "tg_optim_step: parameters of dtype %s", tg_dtype_name(u->param_dtype));
+    }
+}
+
+template <typename P, typename C> struct adamw_launch {
+    static tg_status run(const tg_optim_update &u)
+    {
+        adamw_kernel<P, C><<<update_blocks(u.n_ranges), TG_THREADS>>>(u);
+        return tg_cuda_check_launch("tg_optim_step (adamw)");
+    }
+};
+
+template <typename P, typename C> struct sgd_launch {
+    static tg_status run(const tg_optim_update &u)
+    {
+        sgd_kernel<P, C><<<update_blocks(u.n_ranges), TG_THREADS>>>(u);
+        return tg_cuda_check_launch("tg_optim_step (sgd)");
+    }
+};
+
+extern "C" tg_status tg_cuda_adamw(const tg_optim_update *u)
+{
+    return u->n_ranges ? by_dtype<adamw_launch>(u) : TG_OK;
+}
+
+extern "C" tg_status tg_cuda_sgd(const tg_optim_update *u) { return u->n_ranges ? by_dtype<sgd_launch>(u) : TG_OK; }
+
+// ---- sum of squares ------------------------------------------------------------------------------------------
+
+#define NORM_MAX_BLOCKS 1024
+#define NORM_PER_THREAD 16
+
+// Adds the block's values in a fixed tree; thread 0 gets the total.
+__device__ inline double block_sum(double value, double *shared)
+{
+    shared[threadIdx.x] = value;
+    __syncthreads();
+    for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half) shared[threadIdx.x] += shared[threadIdx.x + half];
+        __syncthreads();
+    }
+    return shared[0];
+}
+
+__global__ void sum_squares_partial(const char *x, int dtype, int64_t n, int64_t slice, double *partial)
+{
+    __shared__ double shared[TG_THREADS];
+    int64_t begin = blockIdx.x * slice, end = begin + slice < n ? begin + slice : n;
+    double sum = 0.0;
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+        double v = tg_load_raw(x, dtype, i);
+        sum += v * v;
+    }
+    sum = block_sum(sum, shared);
+    if (threadIdx.x == 0) partial[blockIdx.x] = sum;
+}
+
+__global__ void sum_partials(const double *partial, int blocks, double *out)
+{
+    __shared__ double shared[NORM_MAX_BLOCKS];
+    double total = block_sum(threadIdx.x < (unsigned)blocks ? partial[threadIdx.x] : 0.0, shared);
+    if (threadIdx.x == 0) *out = total;
+}
+
+extern "C" tg_status tg_cuda_sum_squares(const void *x, tg_dtype dtype, int64_t n, double *out)
+{
+    *out = 0.0;
+    if (n == 0) return TG_OK;
+    int64_t per_block = (int64_t)TG_THREADS * NORM_PER_THREAD;
+    int64_t blocks = (n + per_block - 1) / per_block;
+    if (blocks > NORM_MAX_BLOCKS) blocks = NORM_MAX_BLOCKS;
+    int64_t slice = (n + blocks - 1) / blocks;
+    double *scratch = NULL; // blocks partial sums, then the total
+    size_t bytes = (size_t)(blocks + 1) * sizeof(double);
+    tg_status status = tg_device_alloc(TG_DEVICE_CUDA, bytes, (void **)&scratch);
+    if (status != TG_OK) return status;
+    sum_squares_partial<<<(unsigned)blocks, TG_THREADS>>>((const char *)x, (int)dtype, n, slice, scratch);
+    status = tg_cuda_check_launch("sum of squares");
+    if (status == TG_OK) {
+        sum_partials<<<1, NORM_MAX_BLOCKS>>>(scratch, (int)blocks, scratch + blocks);
+        status = tg_cuda_check_launch("sum of squares");
+    }
+    if (status == TG_OK) status = tg_cuda_memcpy(out, scratch + blocks, sizeof(double), TG_COPY_DEVICE_TO_HOST);
+    tg_device_free(TG_DEVICE_CUDA, scratch, bytes);
+    return status;
+}
+
+// ---- scaling and conversion ------------------------------------------------------------------------------
+
+__global__ void scale_kernel(char *x, int dtype, int64_t n, double scale)
+{
+    for (int64_t i = tg_global_index(); i < n; i += tg_global_stride())
+        tg_store_raw(x, dtype, i, scale * tg_load_raw(x, dtype, i));
+}
+
+__global__ void convert_kernel(char *dst, int dst_dtype, const char *src, int src_dtype, int64_t n)
+{
+    for (int64_t i = tg_global_index(); i < n; i += tg_global_stride())
+        tg_store_raw(dst, dst_dtype, i, tg_load_raw(src, src_dtype, i));
+}
+
+extern "C" tg_status tg_cuda_scale(void *x, tg_dtype dtype, int64_t n, double scale)
+{
+    if (n == 0) return TG_OK;
+    scale_kernel<<<tg_blocks_for(n), TG_THREADS>>>((char *)x, (int)dtype, n, scale);
+    return tg_cuda_check_launch("tg_params_clip_grad_norm");
+}
+
+extern "C" tg_status tg_cuda_convert(void *dst, tg_dtype dst_dtype, const void *src, tg_dtype src_dtype, int64_t n)
+{
+    if (n == 0) return TG_OK;
+    convert_kernel<<<tg_blocks_for(n), TG_THREADS>>>((char *)dst, (int)dst_dtype, (const char *)src, (int)src_dtype, n);
+    return tg_cuda_check_launch("tg_optim_sync_master");
+}
