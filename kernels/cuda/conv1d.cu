@@ -321,6 +321,11 @@ __device__ inline void stage_row(const conv_args &a, const T *row, bool vec_ok, 
                                  int vectors, T *dst)
 {
     constexpr int V = vec_width<T>();
+    if (vec_ok && first >= 0 && first + (int64_t)vectors * V <= a.L) { // the whole span inside the row
+        const T *src = row + first;
+        for (int k = threadIdx.x; k < vectors; k += blockDim.x) copy16_async(dst + k * V, src + k * V);
+        return;
+    }
     for (int k = threadIdx.x; k < vectors; k += blockDim.x) {
         const int64_t t = first + (int64_t)k * V;
         if (vec_ok && t >= 0 && t + V <= a.L) {
@@ -455,6 +460,14 @@ __device__ inline void stage_tile(const conv_args &a, const t3 &v, bool vectoris
 {
     constexpr int V = vec_width<T>();
     constexpr int VPR = kTileC / V; // vectors per tile row
+    static_assert(kBlock % VPR == 0, "each thread keeps its column of vectors");
+    if (vectorised && t_first >= 0 && t_first + ROWS <= a.L && c0 + kTileC <= a.C) { // the whole tile inside
+        const int j = threadIdx.x % VPR * V;
+        const T *src = (const T *)v.p + (b * v.s0 + (c0 + j) * v.s1 + (t_first + threadIdx.x / VPR) * v.s2);
+        const int64_t row_step = (int64_t)(kBlock / VPR) * v.s2;
+        for (int r = threadIdx.x / VPR; r < ROWS; r += kBlock / VPR, src += row_step) copy16_async(&dst[r][j], src);
+        return;
+    }
     for (int idx = threadIdx.x; idx < ROWS * VPR; idx += kBlock) {
         const int r = idx / VPR, j = idx % VPR * V;
         const int64_t t = t_first + r, c = c0 + j;
@@ -516,7 +529,7 @@ __device__ inline void write_channels(T *p, int64_t stride, bool pair_ok, int co
 }
 
 template <typename T, int KB>
-__global__ void __launch_bounds__(kBlock) tile_fwd(conv_args a, tile_plan plan)
+__global__ void __launch_bounds__(kBlock, 8) tile_fwd(conv_args a, tile_plan plan)
 {
     using S = tile_shape<T, KB>;
     constexpr int CPT = S::CPT, LS = S::LS;
@@ -776,8 +789,13 @@ bool channels_vectorisable(const tg_tensor *t, int cpt)
     return t->strides[1] == 1 && address % bytes == 0 && t->strides[0] % cpt == 0 && t->strides[2] % cpt == 0;
 }
 
+// Long rows: a block makes several passes, so its weights, setup and partial sums serve
+// more steps. The forward keeps at least 4 blocks per row (up to 4 passes each); the
+// backward double-buffers its passes, so more of them per block overlap more loads with
+// work: up to 8, down to one block per row (B·C blocks still fill the GPU).
 template <typename T, int EPT>
-row_plan make_row_plan(const conv_args &a, const tg_tensor *x, const tg_tensor *y, const tg_tensor *dx)
+row_plan make_row_plan(const conv_args &a, const tg_tensor *x, const tg_tensor *y, const tg_tensor *dx,
+                       int min_chunks, int max_passes)
 {
     constexpr int V = vec_width<T>();
     int64_t threads = (a.L + EPT - 1) / EPT;
@@ -785,9 +803,8 @@ row_plan make_row_plan(const conv_args &a, const tg_tensor *x, const tg_tensor *
     row_plan plan = {};
     plan.chunk_len = block * EPT;
     int64_t spans = (a.L + plan.chunk_len - 1) / plan.chunk_len;
-    // Long rows: a block makes several passes, so its weights and setup serve more steps;
-    // keep at least four blocks per row so the grid still fills the GPU.
-    plan.passes = spans >= 16 ? 4 : spans >= 8 ? 2 : 1;
+    const int64_t passes = spans / min_chunks;
+    plan.passes = (int)(passes < 1 ? 1 : passes > max_passes ? max_passes : passes);
     plan.chunks = (spans + plan.passes - 1) / plan.passes;
     plan.vec_x = rows_aligned(x, V);
     plan.vec_y = rows_aligned(y, V);
@@ -874,7 +891,7 @@ tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *fina
 {
     conv_args a = make_args(in, out, NULL, NULL);
     if (time_contiguous(in->x) && time_contiguous(out)) {
-        row_plan plan = make_row_plan<T, row_fwd_ept<T>()>(a, in->x, out, NULL);
+        row_plan plan = make_row_plan<T, row_fwd_ept<T>()>(a, in->x, out, NULL, 4, 4);
         if (!fits_row_grid(a, plan)) return too_large(a);
         row_fwd<T, KB><<<(unsigned)(a.B * a.C * plan.chunks), row_block(plan, row_fwd_ept<T>())>>>(a, plan);
     } else {
@@ -900,7 +917,7 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
     row_plan rplan = {};
     tile_plan tplan = {};
     if (rows) {
-        rplan = make_row_plan<T, row_bwd_ept<T>()>(a, in->x, dout, dx);
+        rplan = make_row_plan<T, row_bwd_ept<T>()>(a, in->x, dout, dx, 1, 8);
         parts = a.B * rplan.chunks;
         if (!fits_row_grid(a, rplan)) return too_large(a);
     } else {
