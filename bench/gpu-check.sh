@@ -13,10 +13,13 @@
 #                            -E regex; set it empty to run everything): with a private prefix
 #                            announced through PKG_CONFIG_SYSROOT_DIR, pkg-config also prefixes the
 #                            freshly installed tapegrad.pc's paths, so that packaging test fails
-#   memcheck-test_cuda_conv1d, racecheck-test_cuda_conv1d
-#                            compute-sanitizer on the CUDA conv1d tests (--jobs 1)
+#   memcheck-test_cuda_conv1d, racecheck-test_cuda_conv1d, racecheck-test_cuda_scan
+#                            compute-sanitizer on the CUDA conv1d and scan tests (--jobs 1)
 #   memcheck-test_cuda_*     compute-sanitizer memcheck on every other CUDA test binary
 #   bench                    build/bench/conv1d_bench --csv $OUT/tapegrad.csv
+#   scan-bench               build/bench/scan_bench (CSV lines also in $OUT/scan.csv)
+#   mamba-memory             build/bench/mamba_memory --device cuda (B 8, L 2048, d_model 768)
+#   scan-peers               python3 bench/scan_peers.py (CSV lines also in $OUT/scan_peers.csv)
 #   peers                    python3 bench/peers.py --csv $OUT/peers.csv
 # --bench-only skips ctest and the sanitizers; --no-peers skips the peers (their times do not
 # change when tapegrad's kernels do: run them once per machine and software version).
@@ -151,6 +154,8 @@ else
     else
         skip_step sanitize-test_cuda_conv1d "build/tests/test_cuda_conv1d not built"
     fi
+    # The scan kernels share memory between threads too: racecheck them (and memcheck below).
+    [ -x build/tests/test_cuda_scan ] && sanitize racecheck build/tests/test_cuda_scan
     for binary in "${cuda_tests[@]}"; do # SANITIZE_OTHERS=0: the conv1d kernels only
         [ "${SANITIZE_OTHERS:-1}" = 0 ] || [ "$(basename "$binary")" = test_cuda_conv1d ] || sanitize memcheck "$binary"
     done
@@ -165,9 +170,21 @@ if [ -x build/bench/conv1d_bench ]; then
 else
     skip_step bench "build/bench/conv1d_bench not built"
 fi
+if [ -x build/bench/scan_bench ]; then
+    run_step scan-bench "$(limit_for 120 "$PEERS_RESERVE")" build/bench/scan_bench
+    grep -v '^#' "$LOGS/scan-bench.log" | grep ',' > "$OUT/scan.csv" || true
+fi
+if [ -x build/bench/mamba_memory ]; then # the Mamba model's memory at B 8, L 2048, d_model 768
+    run_step mamba-memory "$(limit_for 120 "$PEERS_RESERVE")" build/bench/mamba_memory --device cuda
+fi
 if [ "$peers" = 1 ]; then
+    scan_limit=$(limit_for 300 "$((PEERS_RESERVE / 2))")
+    run_step scan-peers "$scan_limit" env PYTHONUNBUFFERED=1 python3 bench/scan_peers.py \
+        --max-seconds $((scan_limit > 60 ? scan_limit - 30 : scan_limit / 2))
+    grep -v '^#' "$LOGS/scan-peers.log" | grep ',' > "$OUT/scan_peers.csv" || true
     peers_limit=$(limit_for 600 0)
-    run_step peers "$peers_limit" env PYTHONUNBUFFERED=1 python3 bench/peers.py --csv "$OUT/peers.csv" \
+    # shellcheck disable=SC2086 # PEERS_ARGS: options for peers.py, e.g. "--ks 4"
+    run_step peers "$peers_limit" env PYTHONUNBUFFERED=1 python3 bench/peers.py --csv "$OUT/peers.csv" ${PEERS_ARGS:-} \
         --max-seconds $((peers_limit > 60 ? peers_limit - 45 : peers_limit / 2))
 else
     skip_step peers --no-peers
