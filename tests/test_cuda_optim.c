@@ -75,7 +75,9 @@ Test(cuda_optim, adamw_matches_cpu)
 Test(cuda_optim, momentum_sgd_matches_cpu)
 {
     tt_require_cuda();
-    tg_optim_config config = tg_sgd_config(0.1, 0.9);
+    /* lr 1: clipped to a norm of 5 over the whole store, steps of 0.1 left the bf16 run moving
+     * less than twice its tolerance, too little for the comparison to mean anything. */
+    tg_optim_config config = tg_sgd_config(1.0, 0.9);
     config.weight_decay = 0.01;
     config.max_grad_norm = 5.0;
     compare(config);
