@@ -184,8 +184,13 @@ Test(softmax, f32_and_bf16_match_f64)
             cr_assert_eq(tg_backward(tape, tg_sum_all(tape, tg_mul(tape, yr, wr))), TG_OK, "%s", tg_last_error());
             cr_assert_eq(y->dtype, dtypes[d]);
             cr_assert_lt(tt_rel_error(y, yr), tolerance[d], "%s %s y", ops[k].name, tg_dtype_name(dtypes[d]));
-            cr_assert_lt(tt_rel_error(x->grad, xr->grad), tolerance[d], "%s %s dx", ops[k].name,
-                         tg_dtype_name(dtypes[d]));
+            /* dx can be far smaller than dy when the backward's terms cancel (a short row, one
+             * dominant probability); its rounding error is relative to those terms, which are
+             * at most ‖dy‖ = ‖w‖ in size (softmax ≤ 1): measured against ‖dx‖ + ‖dy‖. */
+            double scale = tt_norm(xr->grad) + tt_norm(wr);
+            cr_assert_lt(tt_distance(x->grad, xr->grad), tolerance[d] * scale,
+                         "%s %s dx: error %g, scale %g (seed %llu)", ops[k].name, tg_dtype_name(dtypes[d]),
+                         tt_distance(x->grad, xr->grad), scale, (unsigned long long)tt_seed());
         }
     tg_tape_free(tape);
 }

@@ -127,6 +127,24 @@ double tt_rel_error(const tg_tensor *a, const tg_tensor *b)
     return norm > 0 ? sqrt(diff / norm) : sqrt(diff);
 }
 
+double tt_norm(const tg_tensor *t)
+{
+    double *v = host_values(t), sum = 0;
+    for (int64_t i = 0; i < tg_numel(t); i++) sum += v[i] * v[i];
+    free(v);
+    return sqrt(sum);
+}
+
+double tt_distance(const tg_tensor *a, const tg_tensor *b)
+{
+    cr_assert(tg_same_shape(a, b), "tt_distance: shapes differ");
+    double *av = host_values(a), *bv = host_values(b), sum = 0;
+    for (int64_t i = 0; i < tg_numel(a); i++) sum += (av[i] - bv[i]) * (av[i] - bv[i]);
+    free(av);
+    free(bv);
+    return sqrt(sum);
+}
+
 tt_state tt_snapshot(tg_tape *tape)
 {
     tg_clear_error();

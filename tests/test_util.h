@@ -34,6 +34,9 @@ void tt_gradcheck(const char *what, tg_gradcheck_fn fn, tg_tensor *const *inputs
 
 /* Relative error ‖a − b‖ / ‖b‖ over all elements (same shape, any dtypes/layouts). */
 double tt_rel_error(const tg_tensor *a, const tg_tensor *b);
+/* ‖t‖ and ‖a − b‖ (Euclidean, over all elements, in double; any device). */
+double tt_norm(const tg_tensor *t);
+double tt_distance(const tg_tensor *a, const tg_tensor *b);
 
 /* ---- bad-input checks ---------------------------------------------------------------
  * Snapshot the tape, call the op, then assert it failed cleanly:
