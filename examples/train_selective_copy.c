@@ -40,7 +40,7 @@ int main(int argc, char **argv)
     /* The demo: 4 tokens of 14 symbols to copy from 32 (the paper's vocabulary, a shorter
      * sequence), a 2-layer model of width 32; it passes 95% in a few minutes on two CPU cores. */
     train_options options = train_defaults();
-    options.steps = 1200, options.batch = 32, options.seq_len = 32, options.d_model = 32, options.d_state = 8;
+    options.steps = 1500, options.batch = 32, options.seq_len = 32, options.d_model = 32, options.d_state = 8;
     options.lr = 5e-3, options.eval_every = 100;
     int64_t vocab = 16, n_copy = 4, eval_rows = 512;
     train_flag flags[] = {
