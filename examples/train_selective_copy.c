@@ -1,0 +1,85 @@
+/* examples/train_selective_copy.c: a Mamba LM learns Selective Copying, the first
+ * synthetic task of the Mamba paper: a few data tokens lie at random places among noise,
+ * and at the markers that end the sequence the model must write them out in order
+ * (tapegrad/data.h and docs/data.md draw the layout). Only the answers are scored, so
+ * the accuracy is the fraction of data tokens copied right.
+ *
+ *   ./train_selective_copy                       the demo: a small task that trains on a CPU
+ *   ./train_selective_copy --device cuda --seq-len 4128 --copy 16 --vocab 16 \
+ *       --batch 64 --steps 20000                 the paper's task size, on a GPU
+ *
+ * The task's size (--vocab, --copy, --seq-len) and the model's are saved in checkpoints;
+ * the training loop itself is the one every program here shares (train_common.h). */
+#include "train_common.h"
+
+#include <math.h>
+
+static const char *const eval_columns[] = {"eval_loss", "eval_accuracy", NULL};
+
+/* Loss and accuracy on `rows` held-out sequences: drawn from their own generator, seeded
+ * the same way at every evaluation, so every evaluation scores the same sequences. */
+static tg_status evaluate(train_session *s, const tg_selective_copy_config *task, int64_t rows, double *values)
+{
+    int64_t batch = s->options->batch, len = s->options->seq_len;
+    tg_rng rng;
+    tg_rng_seed(&rng, (uint64_t)s->options->seed + 0x5eed);
+    train_eval_sums sums = {0};
+    for (int64_t done = 0; done < rows; done += batch) {
+        int64_t n = rows - done < batch ? rows - done : batch;
+        if (tg_task_selective_copy_batch(task, &rng, n, len, s->inputs, s->targets) != TG_OK ||
+            train_eval_batch(s, s->inputs, s->targets, n, len, &sums) != TG_OK)
+            return TG_ERR_INVALID;
+    }
+    values[0] = sums.loss_sum / (double)sums.scored;
+    values[1] = (double)sums.correct / (double)sums.scored;
+    return TG_OK;
+}
+
+int main(int argc, char **argv)
+{
+    /* The demo: 4 tokens of 14 symbols to copy from 32 (the paper's vocabulary, a shorter
+     * sequence), a 2-layer model of width 32; it passes 95% in a few minutes on two CPU cores. */
+    train_options options = train_defaults();
+    options.steps = 1500, options.batch = 32, options.seq_len = 32, options.d_model = 32, options.d_state = 8;
+    options.lr = 5e-3, options.eval_every = 100;
+    int64_t vocab = 16, n_copy = 4, eval_rows = 512;
+    train_flag flags[] = {
+        {"vocab", TRAIN_INT, &vocab, "N", "ids: noise 0, data 1 .. N-2, marker N-1", 3, 1 << 16, TRAIN_FIXED},
+        {"copy", TRAIN_INT, &n_copy, "M", "data tokens to copy (--seq-len counts them twice)", 1, 1 << 20,
+         TRAIN_FIXED},
+        {"eval-rows", TRAIN_INT, &eval_rows, "N", "held-out sequences per evaluation", 1, 1 << 24, TRAIN_RESTORED},
+    };
+    train_program program = {
+        .name = "train_selective_copy",
+        .summary = "Trains a Mamba LM on Selective Copying: M data tokens scattered among noise, to be\n"
+                   "written out in order at the M markers that end each sequence of --seq-len tokens.",
+        .example = "train_selective_copy --steps 3000 --csv copy.csv --ckpt copy.safetensors",
+        .options = &options, .flags = flags, .n_flags = sizeof flags / sizeof flags[0],
+        .eval_columns = eval_columns,
+    };
+    int code = train_parse(&program, argc, argv);
+    if (code != TRAIN_GO) return code;
+    if (options.seq_len < 2 * n_copy)
+        return train_usage_error(&program, "--seq-len %lld is too short to copy %lld tokens (at least %lld)",
+                                 (long long)options.seq_len, (long long)n_copy, 2 * (long long)n_copy);
+
+    tg_selective_copy_config task = {.vocab = vocab, .n_copy = n_copy};
+    train_session *s = train_open(&program, vocab);
+    if (!s) return 1;
+    double eval[2] = {NAN, NAN};
+    while (train_running(s)) {
+        if (tg_task_selective_copy_batch(&task, &s->data_rng, options.batch, options.seq_len, s->inputs,
+                                         s->targets) != TG_OK ||
+            train_step(s) != TG_OK)
+            return train_fail(s);
+        if (train_eval_due(s)) {
+            if (evaluate(s, &task, eval_rows, eval) != TG_OK) return train_fail(s);
+            train_record_eval(s, eval);
+        }
+        if (train_end_step(s) != TG_OK) return train_fail(s);
+    }
+    if (!isnan(eval[1]))
+        printf("held-out accuracy %.2f%% (%lld sequences, %lld tokens to copy each)\n", 100 * eval[1],
+               (long long)eval_rows, (long long)n_copy);
+    return train_close(s);
+}
