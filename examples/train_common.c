@@ -64,9 +64,10 @@ static int all_flags(train_program *program, train_flag *flags)
         {"log-every", TRAIN_INT, &o->log_every, "N", "steps per progress line when stderr is not a terminal",
          0, big, TRAIN_RUN_ONLY, "1/20 of the run"},
     };
+    const int n_common = (int)(sizeof common / sizeof common[0]);
     int n = 0;
-    for (int i = 0; i < program->n_flags; i++) flags[n++] = program->flags[i];
-    for (size_t i = 0; i < sizeof common / sizeof common[0]; i++) flags[n++] = common[i];
+    for (int i = 0; i < program->n_flags && i < MAX_FLAGS - n_common; i++) flags[n++] = program->flags[i];
+    for (int i = 0; i < n_common; i++) flags[n++] = common[i];
     return n;
 }
 
@@ -253,12 +254,13 @@ static int apply_config(train_program *program, train_flag *flags, int n, const 
                     code = train_usage_error(program, "out of memory");
             }
             if (code == TRAIN_GO && !parse_value(f, text))
-                code = train_usage_error(program, "--resume %s: the saved --%s '%s' is not valid here", path, f->name, text);
+                code = train_usage_error(program, "--resume %s: the saved --%s '%s' is not valid here", path,
+                                         f->name, text);
         } else if (f->resume == TRAIN_FIXED && strcmp(given, text) != 0) {
             code = train_usage_error(program,
-                               "--%s %s differs from the checkpoint's %s (%s): a resumed run keeps the model "
-                               "and the task it was saved with",
-                               f->name, given, text, path);
+                                     "--%s %s differs from the checkpoint's %s (%s): a resumed run keeps the "
+                                     "model and the task it was saved with",
+                                     f->name, given, text, path);
         }
     }
     cJSON_Delete(config);

@@ -88,7 +88,8 @@ static run_result run(const char *program, ...)
     pid_t child = fork();
     cr_assert_geq(child, 0, "fork failed");
     if (child == 0) {
-        int fd_out = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644), fd_err = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int fd_out = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int fd_err = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         if (fd_out < 0 || fd_err < 0 || dup2(fd_out, 1) < 0 || dup2(fd_err, 2) < 0) _exit(126);
         execv(binary, argv);
         _exit(127);
@@ -172,7 +173,7 @@ Test(examples, bad_flags_exit_2_with_a_message_naming_the_flag)
         {"train_selective_copy", {"--no-such-flag"}, {"unknown flag", "--no-such-flag"}},
         {"train_selective_copy", {word}, {"unexpected argument", word}},
         {"train_selective_copy", {"--seq-len", "7", "--copy", "4"}, {"--seq-len", "too short"}},
-        {"train_induction", {"--eval-max-log2", "31"}, {"--eval-max-log2", "from 5 to 30"}},
+        {"train_induction", {"--eval-max-log2", "23"}, {"--eval-max-log2", "from 5 to 22"}},
         {"train_induction", {"--vocab=2"}, {"--vocab", "from 3"}},
         {"train_char", {"--temperature", negative}, {"--temperature"}},
         {"train_char", {"--sample", "10"}, {"--sample", "checkpoint"}},
