@@ -61,8 +61,8 @@ static int all_flags(train_program *program, train_flag *flags)
         {"eval-every", TRAIN_INT, &o->eval_every, "N", "steps between evaluations (and after the last); 0: at the end",
          0, big, TRAIN_RESTORED},
         {"csv", TRAIN_TEXT, &o->csv, "PATH", "write one CSV row per step here", 0, 0, TRAIN_RUN_ONLY, "none"},
-        {"log-every", TRAIN_INT, &o->log_every, "N", "steps per progress line when stderr is not a terminal",
-         0, big, TRAIN_RUN_ONLY, "1/20 of the run"},
+        {"log-every", TRAIN_INT, &o->log_every, "N", "steps between the progress lines that stay on screen", 0,
+         big, TRAIN_RUN_ONLY, "1/20 of the run"},
     };
     const int n_common = (int)(sizeof common / sizeof common[0]);
     int n = 0;
@@ -632,8 +632,8 @@ void train_record_eval(train_session *s, const double *values)
     for (int i = 0; i < st->n_eval; i++) {
         st->eval[i] = values[i];
         if (!isnan(values[i]) && used < sizeof text)
-            used += (size_t)snprintf(text + used, sizeof text - used, "  %s %.4f", s->program->eval_columns[i],
-                                     values[i]);
+            used += (size_t)snprintf(text + used, sizeof text - used, "%s %s %.4f", used ? "," : "",
+                                     s->program->eval_columns[i], values[i]);
     }
     st->eval_recorded = true;
     train_note(s, "step %lld:%s", (long long)s->step, text);
