@@ -61,12 +61,13 @@ static int all_flags(train_program *program, train_flag *flags)
         {"eval-every", TRAIN_INT, &o->eval_every, "N", "steps between evaluations (and after the last); 0: at the end",
          0, big, TRAIN_RESTORED},
         {"csv", TRAIN_TEXT, &o->csv, "PATH", "write one CSV row per step here", 0, 0, TRAIN_RUN_ONLY, "none"},
-        {"log-every", TRAIN_INT, &o->log_every, "N", "steps per progress line when stderr is not a terminal",
-         0, big, TRAIN_RUN_ONLY, "1/20 of the run"},
+        {"log-every", TRAIN_INT, &o->log_every, "N", "steps between the progress lines that stay on screen", 0,
+         big, TRAIN_RUN_ONLY, "1/20 of the run"},
     };
+    const int n_common = (int)(sizeof common / sizeof common[0]);
     int n = 0;
-    for (int i = 0; i < program->n_flags; i++) flags[n++] = program->flags[i];
-    for (size_t i = 0; i < sizeof common / sizeof common[0]; i++) flags[n++] = common[i];
+    for (int i = 0; i < program->n_flags && i < MAX_FLAGS - n_common; i++) flags[n++] = program->flags[i];
+    for (int i = 0; i < n_common; i++) flags[n++] = common[i];
     return n;
 }
 
@@ -253,12 +254,13 @@ static int apply_config(train_program *program, train_flag *flags, int n, const 
                     code = train_usage_error(program, "out of memory");
             }
             if (code == TRAIN_GO && !parse_value(f, text))
-                code = train_usage_error(program, "--resume %s: the saved --%s '%s' is not valid here", path, f->name, text);
+                code = train_usage_error(program, "--resume %s: the saved --%s '%s' is not valid here", path,
+                                         f->name, text);
         } else if (f->resume == TRAIN_FIXED && strcmp(given, text) != 0) {
             code = train_usage_error(program,
-                               "--%s %s differs from the checkpoint's %s (%s): a resumed run keeps the model "
-                               "and the task it was saved with",
-                               f->name, given, text, path);
+                                     "--%s %s differs from the checkpoint's %s (%s): a resumed run keeps the "
+                                     "model and the task it was saved with",
+                                     f->name, given, text, path);
         }
     }
     cJSON_Delete(config);
@@ -630,8 +632,8 @@ void train_record_eval(train_session *s, const double *values)
     for (int i = 0; i < st->n_eval; i++) {
         st->eval[i] = values[i];
         if (!isnan(values[i]) && used < sizeof text)
-            used += (size_t)snprintf(text + used, sizeof text - used, "  %s %.4f", s->program->eval_columns[i],
-                                     values[i]);
+            used += (size_t)snprintf(text + used, sizeof text - used, "%s %s %.4f", used ? "," : "",
+                                     s->program->eval_columns[i], values[i]);
     }
     st->eval_recorded = true;
     train_note(s, "step %lld:%s", (long long)s->step, text);

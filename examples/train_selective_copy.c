@@ -37,8 +37,9 @@ static tg_status evaluate(train_session *s, const tg_selective_copy_config *task
 
 int main(int argc, char **argv)
 {
-    /* The demo: 4 tokens of 14 symbols to copy from 32 (the paper's vocabulary, a shorter
-     * sequence), a 2-layer model of width 32; it passes 95% in a few minutes on two CPU cores. */
+    /* The demo: copy 4 tokens of 14 symbols out of sequences of 32 (the paper's vocabulary,
+     * a shorter sequence) with a 2-layer model of width 32: about 75 s on two CPU cores to
+     * 99.9-100% held-out accuracy (README.md). */
     train_options options = train_defaults();
     options.steps = 1500, options.batch = 32, options.seq_len = 32, options.d_model = 32, options.d_state = 8;
     options.lr = 5e-3, options.eval_every = 100;
