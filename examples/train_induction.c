@@ -17,11 +17,18 @@
 #include <stdlib.h>
 
 enum {
-    EVAL_PIECE = 1024,          /* steps per piece of a long evaluation sequence */
-    EVAL_TOKENS = 1 << 15,      /* rows × piece in one forward: bounds the evaluation's memory */
-    EVAL_LONG_TOKENS = 1 << 20, /* past this many tokens per length, fewer samples are scored */
+    EVAL_PIECE = 1024,      /* steps per piece of a long evaluation sequence */
     EVAL_MIN_SAMPLES = 16,
 };
+
+/* rows × piece in one forward: bounds the evaluation's memory (a GPU wants wide forwards) */
+static int64_t eval_tokens(tg_device device) { return device == TG_DEVICE_CUDA ? 1 << 18 : 1 << 15; }
+/* past this many tokens per length, fewer samples are scored: on a CPU the long lengths
+ * would take hours, a GPU can afford 256 sequences of 2^20 */
+static int64_t eval_long_tokens(tg_device device)
+{
+    return device == TG_DEVICE_CUDA ? (int64_t)1 << 28 : (int64_t)1 << 20;
+}
 
 static const char *const eval_columns[] = {"eval_loss", "eval_accuracy", NULL};
 
@@ -45,13 +52,14 @@ static tg_status evaluate(train_session *s, const tg_induction_config *task, int
 }
 
 /* How many of `samples` sequences of length len the model answers right. The rows of
- * one forward and the piece length are chosen so that at most EVAL_TOKENS tokens are in
+ * one forward and the piece length are chosen so that at most eval_tokens() tokens are in
  * flight; only the last position's logits are needed. */
 static tg_status count_right(train_session *s, const tg_induction_config *task, tg_rng *rng, int64_t len,
                              int64_t samples, int64_t *right)
 {
     int64_t piece = len < EVAL_PIECE ? len : EVAL_PIECE;
-    int64_t rows = EVAL_TOKENS / piece < samples ? EVAL_TOKENS / piece : samples;
+    int64_t in_flight = eval_tokens(s->device);
+    int64_t rows = in_flight / piece < samples ? in_flight / piece : samples;
     int64_t vocab = s->model->config.vocab_size;
     int32_t *ids = malloc((size_t)(rows * len) * sizeof *ids);
     int32_t *targets = malloc((size_t)(rows * len) * sizeof *targets);
@@ -86,7 +94,8 @@ static tg_status print_table(train_session *s, const tg_induction_config *task, 
     tg_rng_seed(&rng, (uint64_t)s->options->seed + 0x7ab1e);
     for (int k = 6; k <= max_log2; k++) {
         int64_t len = (int64_t)1 << k, right = 0;
-        int64_t n = samples * len <= EVAL_LONG_TOKENS ? samples : EVAL_LONG_TOKENS / len;
+        int64_t cap = eval_long_tokens(s->device);
+        int64_t n = samples * len <= cap ? samples : cap / len;
         scored[k] = n < EVAL_MIN_SAMPLES ? (samples < EVAL_MIN_SAMPLES ? samples : EVAL_MIN_SAMPLES) : n;
         double start = train_seconds();
         if (count_right(s, task, &rng, len, scored[k], &right) != TG_OK) return TG_ERR_INVALID;
@@ -126,7 +135,7 @@ int main(int argc, char **argv)
         {"eval-max-log2", TRAIN_INT, &max_log2, "K", "after training, test at lengths 2^6 .. 2^K (5: none)", 5, 22,
          TRAIN_RESTORED},
         {"eval-samples", TRAIN_INT, &samples, "N",
-         "sequences per test length (fewer past 2^20 tokens, at least 16)", 1, 1 << 24, TRAIN_RESTORED},
+         "sequences per test length (fewer past 2^20 tokens on a CPU, 2^28 on a GPU; at least 16)", 1, 1 << 24, TRAIN_RESTORED},
     };
     train_program program = {
         .name = "train_induction",

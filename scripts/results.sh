@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# scripts/results.sh: the runs behind docs/results.md, on a GPU machine.
+#
+#   bash scripts/results.sh speed   [OUTDIR]   the README's demo; each run alone for a few hundred
+#                                              steps (tokens/s); the induction table's time
+#   bash scripts/results.sh train   [OUTDIR]   the three runs in full, side by side on the GPU
+#
+# OUTDIR defaults to $OUT, else ./results-out. Each run writes there its CSV log
+# (<run>.csv), its progress and messages (<run>.err) and its results (<run>.txt: the final
+# held-out figures, the induction table, the sampled text). The build is Release with CUDA
+# on, in ./build-results; data/kjv.txt must exist (scripts/get-kjv.sh).
+#
+# The three runs (docs/results.md gives the paper's figures beside ours):
+#   induction   the paper's model (2 layers, d_model 64, d_state 16, vocabulary 16), trained
+#               at length 256, then tested at 2^6 .. 2^20 (INDUCTION_STEPS)
+#   copying     Selective Copying at the paper's size: 4096 noise tokens, 16 to copy, 2
+#               layers, d_model 64, d_state 16, batch 64 (COPYING_STEPS)
+#   char        a 4-layer, d_model 256 character model of the King James Bible, then 600
+#               sampled characters (CHAR_STEPS)
+# In `train` the three share the GPU (each is too small to fill it), so their tokens/s are
+# lower than alone: `speed` measures each alone.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+mode=${1:-}
+case $mode in
+speed | train) ;;
+*) echo "usage: bash scripts/results.sh speed|train [OUTDIR]" >&2; exit 2 ;;
+esac
+out=${2:-${OUT:-./results-out}}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+
+[ -f data/kjv.txt ] || { echo "data/kjv.txt is missing: run scripts/get-kjv.sh first" >&2; exit 2; }
+cmake -S . -B build-results -DCMAKE_BUILD_TYPE=Release -DTG_CUDA=ON -DTG_BUILD_TESTS=OFF > "$out/build.log"
+cmake --build build-results -j "$(nproc)" --target train_induction train_selective_copy train_char \
+    >> "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.total --format=csv > "$out/gpu.txt" 2>&1 || true
+
+bin=./build-results
+# The runs' fixed settings; the step counts differ between the modes.
+induction=(--device cuda --seq-len 256 --layers 2 --d-model 64 --d-state 16 --batch 32 --lr 2e-3)
+copying=(--device cuda --seq-len 4128 --copy 16 --layers 2 --d-model 64 --d-state 16 --batch 64 --lr 2e-3
+    --eval-rows 256)
+char=(--device cuda --data data/kjv.txt --seq-len 256 --layers 4 --d-model 256 --d-state 16 --batch 32
+    --lr 2e-3 --weight-decay 0.1)
+
+# run NAME PROGRAM ARGS...: one run, its outputs named after NAME
+run() {
+    local name=$1 program=$2
+    shift 2
+    local start=$SECONDS status=0
+    "$bin/$program" --csv "$out/$name.csv" "$@" > "$out/$name.txt" 2> "$out/$name.err" || status=$?
+    echo "$name: exit $status after $((SECONDS - start)) s" >> "$out/runs.txt"
+    return $status
+}
+
+# Median tokens/s of a run's CSV rows past its first 20 steps (warm-up: the allocator
+# fills its cache, cuBLAS picks its kernels).
+median_speed() {
+    awk -F, 'NR > 21 { print $5 }' "$1" | sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }'
+}
+
+if [ "$mode" = speed ]; then
+    # the demo as the README runs it, and how long the induction table to 2^20 takes
+    run demo train_selective_copy --device cuda || true
+    run induction-speed train_induction "${induction[@]}" --steps 300 --eval-every 0 --eval-max-log2 20 || true
+    run copying-speed train_selective_copy "${copying[@]}" --steps 100 --eval-every 0 || true
+    run char-speed train_char "${char[@]}" --steps 300 --eval-every 0 --eval-windows 64 || true
+    printf '\n%-16s %14s\n' run "tokens/s (median)" | tee -a "$out/runs.txt"
+    for name in induction-speed copying-speed char-speed; do
+        printf '%-16s %14s\n' "$name" "$(median_speed "$out/$name.csv" 2> /dev/null || echo -)" | tee -a "$out/runs.txt"
+    done
+    exit 0
+fi
+
+pids=()
+run induction train_induction "${induction[@]}" --steps "${INDUCTION_STEPS:-8000}" --eval-every 500 \
+    --eval-max-log2 20 & pids+=($!)
+run copying train_selective_copy "${copying[@]}" --steps "${COPYING_STEPS:-8000}" --eval-every 500 & pids+=($!)
+{
+    run char train_char "${char[@]}" --steps "${CHAR_STEPS:-4000}" --eval-every 1000 \
+        --ckpt "$out/char.safetensors" &&
+        "$bin/train_char" --device cuda --resume "$out/char.safetensors" --sample 600 --temperature 0.6 \
+            --prompt "And the LORD said unto Moses, " > "$out/char-sample.txt" 2> "$out/char-sample.err"
+} & pids+=($!)
+status=0
+for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+cat "$out/runs.txt"
+exit $status
