@@ -5,6 +5,8 @@
 
 #include "core/internal.h"
 
+enum { TG_EMBEDDING_GRAD_CHUNK = 256 };
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -15,10 +17,13 @@ typedef tg_status (*tg_embedding_find_bad_id_kernel)(const tg_tensor *ids, int64
                                                      int64_t *bad_id);
 /* out[p, :] = table[ids[p], :] for every position p of ids (ids already checked). */
 typedef tg_status (*tg_embedding_fwd_kernel)(const tg_tensor *table, const tg_tensor *ids, tg_tensor *out);
-/* dtable[ids[p], :] += dy[p, :], for p in row-major order (so the sums are the same on
- * every run); dtable holds zeros on entry. Each partial sum is stored in dtable's dtype,
- * so a bf16 table accumulates at bf16 precision. Fails (writing nothing more) on an id
- * outside [0, V), which can only happen when ids changed after the forward. */
+/* dtable[v, :] = Σ dy[p, :] over the positions p with ids[p] = v; dtable holds zeros on
+ * entry. Both devices sum in double with one grouping, so they give the same bits and so
+ * does every run: an id's positions in row-major order are cut into chunks of
+ * TG_EMBEDDING_GRAD_CHUNK, each chunk is summed in order from +0, the chunk sums are
+ * added in order from +0, and the total is rounded once into dtable's dtype. (The chunks
+ * let a GPU split the run of a token that fills most of a batch.) Fails, writing nothing,
+ * on an id outside [0, V), which can only happen when ids changed after the forward. */
 typedef tg_status (*tg_embedding_bwd_kernel)(const tg_tensor *dy, const tg_tensor *ids, tg_tensor *dtable);
 
 tg_status tg_cpu_embedding_find_bad_id(const tg_tensor *ids, int64_t vocab, int64_t *bad_position, int64_t *bad_id);

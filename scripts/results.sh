@@ -4,11 +4,14 @@
 #   bash scripts/results.sh speed   [OUTDIR]   the README's demo; each run alone for a few hundred
 #                                              steps (tokens/s); the induction table's time
 #   bash scripts/results.sh train   [OUTDIR]   the three runs in full, side by side on the GPU
+#   bash scripts/results.sh profile [OUTDIR]   a few steps of each under Nsight Compute: each
+#                                              kernel's time, summed by name (<run>-kernels.txt)
 #
 # OUTDIR defaults to $OUT, else ./results-out. Each run writes there its CSV log
 # (<run>.csv), its progress and messages (<run>.err) and its results (<run>.txt: the final
 # held-out figures, the induction table, the sampled text). The build is Release with CUDA
-# on, in ./build-results; data/kjv.txt must exist (scripts/get-kjv.sh).
+# on, in ./build-results (RESULTS_BUILD_TESTS=ON configures the tests too); data/kjv.txt must
+# exist (scripts/get-kjv.sh).
 #
 # The three runs (docs/results.md gives the paper's figures beside ours):
 #   induction   the paper's model (2 layers, d_model 64, d_state 16, vocabulary 16), trained
@@ -24,15 +27,15 @@ cd "$(dirname "$0")/.."
 
 mode=${1:-}
 case $mode in
-speed | train) ;;
-*) echo "usage: bash scripts/results.sh speed|train [OUTDIR]" >&2; exit 2 ;;
+speed | train | profile) ;;
+*) echo "usage: bash scripts/results.sh speed|train|profile [OUTDIR]" >&2; exit 2 ;;
 esac
 out=${2:-${OUT:-./results-out}}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 
 [ -f data/kjv.txt ] || { echo "data/kjv.txt is missing: run scripts/get-kjv.sh first" >&2; exit 2; }
-cmake -S . -B build-results -DCMAKE_BUILD_TYPE=Release -DTG_CUDA=ON -DTG_BUILD_TESTS=OFF > "$out/build.log"
+cmake -S . -B build-results -DCMAKE_BUILD_TYPE=Release -DTG_CUDA=ON -DTG_BUILD_TESTS="${RESULTS_BUILD_TESTS:-OFF}" > "$out/build.log"
 cmake --build build-results -j "$(nproc)" --target train_induction train_selective_copy train_char \
     >> "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.total --format=csv > "$out/gpu.txt" 2>&1 || true
@@ -60,6 +63,24 @@ run() {
 median_speed() {
     awk -F, 'NR > 21 { print $5 }' "$1" | sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }'
 }
+
+# kernels NAME PROGRAM ARGS...: every kernel's duration over the run, summed by name
+kernels() {
+    local name=$1 program=$2
+    shift 2
+    ncu --metrics gpu__time_duration.sum --csv --log-file "$out/$name-ncu.csv" "$bin/$program" "$@" \
+        > /dev/null 2> "$out/$name-ncu.err" || { tail -5 "$out/$name-ncu.err"; return 0; }
+    python3 bench/ncu_kernel_times.py "$out/$name-ncu.csv" > "$out/$name-kernels.txt"
+    echo "== $name"
+    head -14 "$out/$name-kernels.txt"
+}
+
+if [ "$mode" = profile ]; then
+    kernels induction train_induction "${induction[@]}" --steps 4 --eval-every 0 --eval-max-log2 5
+    kernels copying train_selective_copy "${copying[@]}" --steps 2 --eval-every 0 --eval-rows 64
+    kernels char train_char "${char[@]}" --steps 4 --eval-every 0 --eval-windows 8
+    exit 0
+fi
 
 if [ "$mode" = speed ]; then
     # the demo as the README runs it, and how long the induction table to 2^20 takes

@@ -1,7 +1,8 @@
 /* Embedding on CUDA against the CPU kernels: the gather and the table gradient in f32,
  * bf16 and f64, with contiguous and strided tables and ids, heavy repeats, big vocabularies
- * and 100k+ positions. Both devices add a row's dy rows in position order, rounding to the
- * table's dtype after each addition, so their gradients agree bit for bit. Also bad ids
+ * and 100k+ positions. Both devices sum an id's dy rows in double with the same grouping
+ * (chunks of positions, kernels/embedding.h) and round once, so their gradients agree bit
+ * for bit. Also bad ids
  * (found at their first position, before and after the forward), empty ids and mixed
  * devices. Skipped without a usable GPU. */
 #include "cuda_util.h"

@@ -2,15 +2,15 @@
 // device.
 //
 // The gradient is a scatter-add done without atomics, so it is the same on every run:
-// the ids are sorted together with their positions (a stable radix sort, so equal ids
-// keep their positions in increasing order), and then one thread per (run of equal ids,
-// column) adds the dy rows of that run in position order, rounding to the table's dtype
-// after every addition as the CPU kernel does, and writes the row once. Rows no id
-// points at keep the zeros dtable holds on entry.
+// the ids are sorted together with their dy rows (a stable radix sort, so equal ids keep
+// their positions in increasing order) and each id's run of rows is summed in double, in
+// position order, in chunks (below). Rows no id points at keep the zeros dtable holds on
+// entry.
 #include "kernels/embedding.h"
 #include "kernels/cuda/strided.cuh"
 
 #include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
 
 #include <limits.h>
 
@@ -118,110 +118,220 @@ extern "C" tg_status tg_cuda_embedding_fwd(const tg_tensor *table, const tg_tens
 }
 
 // ---- backward: the deterministic scatter-add ---------------------------------------------------------
+//
+// After the sort, each id's dy rows are one contiguous run of the sorted array, in position
+// order. A run of at most TG_EMBEDDING_GRAD_CHUNK rows is summed by one thread per column.
+// A longer run (the padding or noise token of a batch can own most of it) is cut into
+// chunks of TG_EMBEDDING_GRAD_CHUNK rows: one thread per (chunk, column) sums its chunk,
+// then one thread per column adds the run's chunk sums in order. Every sum is in double
+// and is rounded once into dtable, with the same grouping as the CPU kernel, so both give
+// the same bits and two runs give the same bits.
 
-// keys[p] = ids[p] (checked to lie in [0, V)), positions[p] = p, in row-major order.
-__global__ void gather_keys(tg_strided<1> ids, uint32_t *keys, int64_t *positions, int64_t n)
+static const int64_t CHUNK = TG_EMBEDDING_GRAD_CHUNK;
+
+// keys[p] = ids[p] (checked to lie in [0, V)) and rows[p] = dy's element offset of row p,
+// for the row-major positions p. Plan operands over ids' shape: (ids, dy's leading dimensions).
+__global__ void gather_keys(tg_strided<2> plan, uint32_t *keys, int64_t *rows, int64_t n)
 {
-    const int32_t *values = (const int32_t *)ids.data[0];
+    const int32_t *values = (const int32_t *)plan.data[0];
     for (int64_t p = tg_global_index(); p < n; p += tg_global_stride()) {
-        int64_t at;
-        tg_strided_offsets(ids, p, &at);
-        keys[p] = (uint32_t)values[at];
-        positions[p] = p;
+        int64_t at[2];
+        tg_strided_offsets(plan, p, at);
+        keys[p] = (uint32_t)values[at[0]];
+        rows[p] = at[1];
     }
 }
 
-// v rounded to the storage dtype, as storing and loading it again would give.
-__device__ inline double round_to(int dtype, double v)
+// The first index of sorted keys[0, n) holding a key >= id.
+__device__ inline int64_t lower_bound(const uint32_t *keys, int64_t n, uint32_t id)
 {
-    switch (dtype) {
-    case TG_F32: return (float)v;
-    case TG_BF16: return __bfloat162float(__float2bfloat16((float)v));
-    case TG_F16: return __half2float(__float2half((float)v));
-    default: return v;
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (keys[mid] < id) lo = mid + 1;
+        else hi = mid;
     }
+    return lo;
 }
 
-struct run_sums {
-    const uint32_t *keys;     // sorted ids
-    const int64_t *positions; // their positions in ids, increasing within a run
-    int64_t n, dim;
-    tg_strided<1> dy_rows;    // dy's leading dimensions (ids' shape)
-    int64_t dy_step;          // dy's stride along D
+struct grad_runs {
+    const uint32_t *keys;   // sorted ids
+    const int64_t *rows;    // dy's row offsets, in position order within each id's run
+    int64_t n, vocab, dim;
+    const char *dy;
+    int dy_dtype;
+    int64_t dy_step;        // dy's stride along D
+    int64_t *run_start;     // [vocab]: where id v's run starts in the sorted array
+    int64_t *run_length;    // [vocab]
+    int64_t *long_chunks;   // [vocab]: chunks of a run longer than CHUNK, else 0
+    int64_t *chunk_first;   // [vocab]: exclusive prefix sum of long_chunks
+    double *chunk_sums;     // [chunks][dim]
     char *dtable;
     int dtable_dtype;
     int64_t dtable_row_step, dtable_step;
 };
 
-// One thread per (sorted index i, column d); the thread at the start of a run sums the
-// run's dy rows at column d in position order and writes dtable[id, d].
-__global__ void sum_runs(run_sums s)
+// Sum of dy[rows[j], d] for j in [begin, end), in order, starting from +0.
+__device__ inline double sum_rows(const grad_runs &g, int64_t begin, int64_t end, int64_t d)
 {
-    const char *dy = s.dy_rows.data[0];
-    const int dy_dtype = s.dy_rows.dtype[0];
-    const int64_t n_threads = s.n * s.dim;
-    for (int64_t e = tg_global_index(); e < n_threads; e += tg_global_stride()) {
-        int64_t i = e / s.dim, d = e - i * s.dim;
-        uint32_t id = s.keys[i];
-        if (i > 0 && s.keys[i - 1] == id) continue; // inside a run: its first thread adds it
-        double sum = 0.0;
-        for (int64_t j = i; j < s.n && s.keys[j] == id; j++) {
-            int64_t row;
-            tg_strided_offsets(s.dy_rows, s.positions[j], &row);
-            sum = round_to(s.dtable_dtype, sum + tg_load_raw(dy, dy_dtype, row + d * s.dy_step));
+    double sum = 0.0;
+    for (int64_t j = begin; j < end; j++) sum += tg_load_raw(g.dy, g.dy_dtype, g.rows[j] + d * g.dy_step);
+    return sum;
+}
+
+__device__ inline void store_row_value(const grad_runs &g, int64_t id, int64_t d, double total)
+{
+    tg_store_raw(g.dtable, g.dtable_dtype, id * g.dtable_row_step + d * g.dtable_step, total);
+}
+
+// Per id: its run's place in the sorted keys, and how many chunks it needs when long.
+__global__ void find_runs(grad_runs g)
+{
+    for (int64_t v = tg_global_index(); v < g.vocab; v += tg_global_stride()) {
+        int64_t start = lower_bound(g.keys, g.n, (uint32_t)v), length = lower_bound(g.keys, g.n, (uint32_t)v + 1) - start;
+        g.run_start[v] = start;
+        g.run_length[v] = length;
+        g.long_chunks[v] = length > CHUNK ? (length + CHUNK - 1) / CHUNK : 0;
+    }
+}
+
+// One thread per (id, column): the whole sum of a short run.
+__global__ void sum_short_runs(grad_runs g)
+{
+    for (int64_t e = tg_global_index(); e < g.vocab * g.dim; e += tg_global_stride()) {
+        int64_t v = e / g.dim, d = e - v * g.dim, length = g.run_length[v];
+        if (length == 0 || length > CHUNK) continue;
+        store_row_value(g, v, d, 0.0 + sum_rows(g, g.run_start[v], g.run_start[v] + length, d));
+    }
+}
+
+// One thread per (chunk of a long run, column); chunk c of all long runs belongs to the
+// last id whose chunk_first is <= c.
+__global__ void sum_long_chunks(grad_runs g, int64_t max_chunks)
+{
+    const int64_t total = g.chunk_first[g.vocab - 1] + g.long_chunks[g.vocab - 1];
+    for (int64_t e = tg_global_index(); e < max_chunks * g.dim; e += tg_global_stride()) {
+        int64_t c = e / g.dim, d = e - c * g.dim;
+        if (c >= total) continue;
+        int64_t lo = 0, hi = g.vocab; // the first id with chunk_first > c, less one
+        while (lo < hi) {
+            int64_t mid = lo + (hi - lo) / 2;
+            if (g.chunk_first[mid] <= c) lo = mid + 1;
+            else hi = mid;
         }
-        tg_store_raw(s.dtable, s.dtable_dtype, (int64_t)id * s.dtable_row_step + d * s.dtable_step, sum);
+        int64_t v = lo - 1, k = c - g.chunk_first[v];
+        int64_t begin = g.run_start[v] + k * CHUNK, end = g.run_start[v] + g.run_length[v];
+        if (end > begin + CHUNK) end = begin + CHUNK;
+        g.chunk_sums[c * g.dim + d] = sum_rows(g, begin, end, d);
+    }
+}
+
+// One thread per (id, column) of a long run: its chunk sums added in order.
+__global__ void sum_long_runs(grad_runs g)
+{
+    for (int64_t e = tg_global_index(); e < g.vocab * g.dim; e += tg_global_stride()) {
+        int64_t v = e / g.dim, d = e - v * g.dim, chunks = g.long_chunks[v];
+        if (chunks == 0) continue;
+        double total = 0.0;
+        for (int64_t k = 0; k < chunks; k++) total += g.chunk_sums[(g.chunk_first[v] + k) * g.dim + d];
+        store_row_value(g, v, d, total);
     }
 }
 
 static size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
-// Scratch for the sort, carved from one device block.
-struct sort_scratch {
+// Scratch for the sort, the runs and the chunk sums, carved from one device block.
+struct grad_scratch {
     void *block;
-    size_t bytes, sort_bytes;
+    size_t bytes, sort_bytes, scan_bytes;
     uint32_t *keys_in, *keys_out;
-    int64_t *positions_in, *positions_out;
-    void *sort_storage;
+    int64_t *rows_in, *rows_out;
+    void *sort_storage, *scan_storage;
+    int64_t *run_start, *run_length, *long_chunks, *chunk_first;
+    double *chunk_sums;
 };
 
 #define TG_CUB_CHECK(call)                                                                                      \
     do {                                                                                                        \
         cudaError_t cub_error_ = (call);                                                                        \
         if (cub_error_ != cudaSuccess)                                                                          \
-            status = tg_set_error(TG_ERR_DEVICE, "tg_embedding backward: the id sort failed: %s",               \
-                                  cudaGetErrorString(cub_error_));                                              \
+            status = tg_set_error(TG_ERR_DEVICE, "tg_embedding backward: %s", cudaGetErrorString(cub_error_));  \
     } while (0)
 
-// Radix-sorts n (key, position) pairs on the low end_bit bits of the keys.
-static tg_status sort_pairs(sort_scratch &s, int64_t n, int end_bit, bool query)
+// Radix-sorts n (key, row) pairs on the low end_bit bits of the keys (stable: equal keys
+// keep their order). With query, only measures the scratch it needs.
+static tg_status sort_pairs(grad_scratch &s, int64_t n, int end_bit, bool query)
 {
     tg_status status = TG_OK;
     if (query)
         TG_CUB_CHECK(cub::DeviceRadixSort::SortPairs(NULL, s.sort_bytes, (const uint32_t *)NULL, (uint32_t *)NULL,
                                                      (const int64_t *)NULL, (int64_t *)NULL, n, 0, end_bit));
     else
-        TG_CUB_CHECK(cub::DeviceRadixSort::SortPairs(s.sort_storage, s.sort_bytes, s.keys_in, s.keys_out,
-                                                     s.positions_in, s.positions_out, n, 0, end_bit));
+        TG_CUB_CHECK(cub::DeviceRadixSort::SortPairs(s.sort_storage, s.sort_bytes, s.keys_in, s.keys_out, s.rows_in,
+                                                     s.rows_out, n, 0, end_bit));
     return status;
 }
 
-static tg_status alloc_scratch(sort_scratch &s, int64_t n, int end_bit)
+// chunk_first = the exclusive prefix sum of long_chunks over the vocabulary.
+static tg_status scan_chunks(grad_scratch &s, int64_t vocab, bool query)
 {
-    s = sort_scratch{};
+    tg_status status = TG_OK;
+    if (query)
+        TG_CUB_CHECK(cub::DeviceScan::ExclusiveSum(NULL, s.scan_bytes, (const int64_t *)NULL, (int64_t *)NULL, vocab));
+    else
+        TG_CUB_CHECK(cub::DeviceScan::ExclusiveSum(s.scan_storage, s.scan_bytes, s.long_chunks, s.chunk_first, vocab));
+    return status;
+}
+
+// Chunks of long runs: a long run of length l > CHUNK has ceil(l / CHUNK) < 2 l / CHUNK of
+// them, so all long runs together have fewer than 2 n / CHUNK.
+static int64_t max_long_chunks(int64_t n) { return 2 * ((n + CHUNK - 1) / CHUNK); }
+
+static tg_status alloc_scratch(grad_scratch &s, int64_t n, int64_t vocab, int64_t dim, int end_bit)
+{
+    s = grad_scratch{};
     tg_status status = sort_pairs(s, n, end_bit, true);
+    if (status == TG_OK) status = scan_chunks(s, vocab, true);
     if (status != TG_OK) return status;
-    size_t keys = aligned((size_t)n * sizeof(uint32_t)), positions = aligned((size_t)n * sizeof(int64_t));
-    s.bytes = 2 * keys + 2 * positions + aligned(s.sort_bytes);
+    size_t keys = aligned((size_t)n * sizeof(uint32_t)), rows = aligned((size_t)n * sizeof(int64_t));
+    size_t per_id = aligned((size_t)vocab * sizeof(int64_t));
+    size_t sums = aligned((size_t)max_long_chunks(n) * (size_t)dim * sizeof(double));
+    size_t sizes[] = {keys, keys, rows, rows, aligned(s.sort_bytes), aligned(s.scan_bytes), per_id, per_id, per_id,
+                      per_id, sums};
+    for (size_t size : sizes) s.bytes += size;
     status = tg_device_alloc(TG_DEVICE_CUDA, s.bytes, &s.block);
     if (status != TG_OK) return status;
+    void *parts[11];
     char *at = (char *)s.block;
-    s.keys_in = (uint32_t *)at;
-    s.keys_out = (uint32_t *)(at + keys);
-    s.positions_in = (int64_t *)(at + 2 * keys);
-    s.positions_out = (int64_t *)(at + 2 * keys + positions);
-    s.sort_storage = at + 2 * keys + 2 * positions;
+    for (int i = 0; i < 11; i++) parts[i] = at, at += sizes[i];
+    s.keys_in = (uint32_t *)parts[0], s.keys_out = (uint32_t *)parts[1];
+    s.rows_in = (int64_t *)parts[2], s.rows_out = (int64_t *)parts[3];
+    s.sort_storage = parts[4], s.scan_storage = parts[5];
+    s.run_start = (int64_t *)parts[6], s.run_length = (int64_t *)parts[7];
+    s.long_chunks = (int64_t *)parts[8], s.chunk_first = (int64_t *)parts[9];
+    s.chunk_sums = (double *)parts[10];
     return TG_OK;
+}
+
+static grad_runs runs_of(const grad_scratch &s, const tg_tensor *dy, tg_tensor *dtable, int64_t n)
+{
+    grad_runs g = {};
+    g.keys = s.keys_out;
+    g.rows = s.rows_out;
+    g.n = n;
+    g.vocab = dtable->shape[0];
+    g.dim = dtable->shape[1];
+    g.dy = tg_bytes(dy);
+    g.dy_dtype = (int)dy->dtype;
+    g.dy_step = dy->strides[dy->ndim - 1];
+    g.run_start = s.run_start, g.run_length = s.run_length;
+    g.long_chunks = s.long_chunks, g.chunk_first = s.chunk_first;
+    g.chunk_sums = s.chunk_sums;
+    g.dtable = tg_bytes(dtable);
+    g.dtable_dtype = (int)dtable->dtype;
+    g.dtable_row_step = dtable->strides[0];
+    g.dtable_step = dtable->strides[1];
+    return g;
 }
 
 extern "C" tg_status tg_cuda_embedding_bwd(const tg_tensor *dy, const tg_tensor *ids, tg_tensor *dtable)
@@ -237,27 +347,26 @@ extern "C" tg_status tg_cuda_embedding_bwd(const tg_tensor *dy, const tg_tensor 
     if (dim == 0) return TG_OK;
     int end_bit = 1; // enough key bits for every id below vocab
     while (end_bit < 32 && ((int64_t)1 << end_bit) < vocab) end_bit++;
-    sort_scratch scratch;
-    status = alloc_scratch(scratch, n, end_bit);
+    grad_scratch scratch;
+    status = alloc_scratch(scratch, n, vocab, dim, end_bit);
     if (status != TG_OK) return status;
-    gather_keys<<<tg_blocks_for(n), TG_THREADS>>>(ids_plan(ids), scratch.keys_in, scratch.positions_in, n);
+    const int64_t *strides[2] = {ids->strides, dy->strides}; // dy's leading dimensions are ids' shape
+    tg_strided<2> plan = tg_strided_plan<2>(ids->ndim, ids->shape, strides);
+    tg_strided_bind(plan, 0, ids);
+    tg_strided_bind(plan, 1, dy);
+    gather_keys<<<tg_blocks_for(n), TG_THREADS>>>(plan, scratch.keys_in, scratch.rows_in, n);
     status = tg_cuda_check_launch("tg_embedding backward");
     if (status == TG_OK) status = sort_pairs(scratch, n, end_bit, false);
+    grad_runs g = runs_of(scratch, dy, dtable, n);
     if (status == TG_OK) {
-        const int64_t *dy_strides[1] = {dy->strides}; // dy's leading dimensions are ids' shape
-        run_sums s = {};
-        s.keys = scratch.keys_out;
-        s.positions = scratch.positions_out;
-        s.n = n;
-        s.dim = dim;
-        s.dy_rows = tg_strided_plan<1>(ids->ndim, ids->shape, dy_strides);
-        tg_strided_bind(s.dy_rows, 0, dy);
-        s.dy_step = dy->strides[dy->ndim - 1];
-        s.dtable = tg_bytes(dtable);
-        s.dtable_dtype = (int)dtable->dtype;
-        s.dtable_row_step = dtable->strides[0];
-        s.dtable_step = dtable->strides[1];
-        sum_runs<<<tg_blocks_for(n * dim), TG_THREADS>>>(s);
+        find_runs<<<tg_blocks_for(vocab), TG_THREADS>>>(g);
+        status = tg_cuda_check_launch("tg_embedding backward");
+    }
+    if (status == TG_OK) status = scan_chunks(scratch, vocab, false);
+    if (status == TG_OK) {
+        sum_short_runs<<<tg_blocks_for(vocab * dim), TG_THREADS>>>(g);
+        sum_long_chunks<<<tg_blocks_for(max_long_chunks(n) * dim), TG_THREADS>>>(g, max_long_chunks(n));
+        sum_long_runs<<<tg_blocks_for(vocab * dim), TG_THREADS>>>(g);
         status = tg_cuda_check_launch("tg_embedding backward");
     }
     tg_device_free(TG_DEVICE_CUDA, scratch.block, scratch.bytes); // queued work finishes before reuse
