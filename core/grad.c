@@ -34,18 +34,27 @@ tg_status tg_accumulate_grad(tg_tape *tape, tg_tensor *t, const tg_tensor *g)
                                 "%s backward: gradient shape differs from its tensor",
                                 t->producer ? t->producer->op : "leaf");
     }
-    if (!t->grad) {
-        /* An activation's gradient lives off the tape, so the backward can free it as soon as
-         * its producer has used it; a leaf's lives on the tape until the reset. */
-        t->grad = t->producer ? tg_tensor_new(t->dtype, t->device, t->ndim, t->shape)
-                              : tg_zeros(tape, t->dtype, t->device, t->ndim, t->shape);
-        if (!t->grad) return TG_ERR_NOMEM;
-    }
     if (t->device != g->device) {
         const char *names[2] = {"tensor", "gradient"};
         const tg_tensor *tensors[2] = {t, g};
         return tg_error_tensors(TG_ERR_DEVICE, 2, names, tensors, "%s backward: gradient on another device",
                                 t->producer ? t->producer->op : "leaf");
+    }
+    if (!t->grad && t->producer) {
+        /* An activation's gradient lives off the tape, so the backward can free it as soon as
+         * its producer has used it. Its first contribution is copied in (rounded once to
+         * t's dtype, as 0 + g would be): no zero fill, no read of zeros. */
+        if (!(t->grad = tg_tensor_new_uninitialized(t->dtype, t->device, t->ndim, t->shape))) return TG_ERR_NOMEM;
+        tg_status status = tg_copy(t->grad, g);
+        if (status != TG_OK) {
+            tg_tensor_free(t->grad);
+            t->grad = NULL;
+        }
+        return status;
+    }
+    if (!t->grad) { /* a leaf's gradient lives on the tape until the reset */
+        t->grad = tg_zeros(tape, t->dtype, t->device, t->ndim, t->shape);
+        if (!t->grad) return TG_ERR_NOMEM;
     }
     if (t->device != TG_DEVICE_CPU) {
 #ifdef TG_HAVE_CUDA

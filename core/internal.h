@@ -86,6 +86,9 @@ char *tg_shape_str(int ndim, const int64_t *shape, char *buf, size_t size);
 /* A view of base's storage with the given geometry, allocated on the tape. */
 tg_tensor *tg_view(tg_tape *tape, const tg_tensor *base, int ndim, const int64_t *shape,
                    const int64_t *strides, int64_t offset);
+/* tg_tensor_new without the zero fill: for a buffer that is written whole before it is read
+ * (an activation's gradient on its first contribution). */
+tg_tensor *tg_tensor_new_uninitialized(tg_dtype dtype, tg_device device, int ndim, const int64_t *shape);
 /* A contiguous tensor on the tape with x's shape but the given dtype. */
 tg_tensor *tg_empty_as(tg_tape *tape, const tg_tensor *x, tg_dtype dtype);
 /* A tensor laid out like x (same stride order, dense) on the tape: used so that an op on

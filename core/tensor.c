@@ -210,25 +210,37 @@ tg_tensor *tg_view(tg_tape *tape, const tg_tensor *base, int ndim, const int64_t
     return t;
 }
 
-tg_tensor *tg_tensor_new(tg_dtype dtype, tg_device device, int ndim, const int64_t *shape)
+/* A heap tensor whose bytes are zeroed when `zero`, else left as the allocator gives them. */
+static tg_tensor *new_heap_tensor(const char *op, tg_dtype dtype, tg_device device, int ndim, const int64_t *shape,
+                                  bool zero)
 {
     size_t nbytes;
-    if (!check_new("tg_tensor_new", dtype, device, ndim, shape, &nbytes)) return NULL;
+    if (!check_new(op, dtype, device, ndim, shape, &nbytes)) return NULL;
     device = tg_device_resolve(device);
     tg_tensor *t = calloc(1, sizeof *t);
     tg_storage *storage = calloc(1, sizeof *storage);
     void *data = NULL;
     if (!t || !storage || tg_device_alloc(device, nbytes, &data) != TG_OK ||
-        tg_device_zero(device, data, nbytes) != TG_OK) {
+        (zero && tg_device_zero(device, data, nbytes) != TG_OK)) {
         free(t);
         free(storage);
         tg_device_free(device, data, nbytes);
-        tg_set_error(TG_ERR_NOMEM, "tg_tensor_new: out of %s memory for %zu bytes", tg_device_name(device), nbytes);
+        tg_set_error(TG_ERR_NOMEM, "%s: out of %s memory for %zu bytes", op, tg_device_name(device), nbytes);
         return NULL;
     }
     *storage = (tg_storage){data, nbytes, device, TG_STORAGE_HEAP};
     init_tensor(t, storage, dtype, ndim, shape);
     return t;
+}
+
+tg_tensor *tg_tensor_new(tg_dtype dtype, tg_device device, int ndim, const int64_t *shape)
+{
+    return new_heap_tensor("tg_tensor_new", dtype, device, ndim, shape, true);
+}
+
+tg_tensor *tg_tensor_new_uninitialized(tg_dtype dtype, tg_device device, int ndim, const int64_t *shape)
+{
+    return new_heap_tensor("tg_tensor_new", dtype, device, ndim, shape, false);
 }
 
 void tg_tensor_free(tg_tensor *t)

@@ -35,11 +35,16 @@ __global__ void rmsnorm_fwd_kernel(tg_cuda_view x, tg_cuda_view w, tg_cuda_view 
 }
 
 // Per row, with g = dy·w: dx = r·(g − x·r²·mean(g·x)) when want_dx, and, when dw_partial
-// is given, dw_partial[block][j] += dy_j·x_j·r. Each column j of a block's partial row is
-// only ever touched by thread j mod blockDim.x of that block, so no two threads race.
-// dx removes g's component along x; where g lies almost along x (always, for rows of one
-// element, where dx = r·g·eps/(x² + eps)) the result is a small difference of float terms
-// and keeps fewer correct digits than the CPU's double, about 1e-7·x²/eps relative.
+// is given, the block's sum of dy_j·x_j·r over its rows into dw_partial[block][j]. Thread
+// t owns columns t, t + blockDim.x, ...: it sums the first kOwnedColumns of them in
+// registers and writes them once at the end, and adds any further ones (rows of more
+// than kOwnedColumns·blockDim.x) straight into its partial row; no two threads share a
+// column. dx removes g's component along x; where g lies almost along x (always, for rows
+// of one element, where dx = r·g·eps/(x² + eps)) the result is a small difference of
+// float terms and keeps fewer correct digits than the CPU's double, about 1e-7·x²/eps
+// relative.
+constexpr int kOwnedColumns = 4;
+
 template <typename Acc>
 __global__ void rmsnorm_bwd_kernel(tg_cuda_view x, tg_cuda_view w, tg_cuda_view dy, tg_cuda_view dx, bool want_dx,
                                    double *dw_partial, int64_t rows, Acc eps)
@@ -47,11 +52,20 @@ __global__ void rmsnorm_bwd_kernel(tg_cuda_view x, tg_cuda_view w, tg_cuda_view 
     __shared__ Acc shared[33];
     int64_t n = x.shape[x.ndim - 1], xs = row_step(x), ws = w.strides[0], gs = row_step(dy), dxs = row_step(dx);
     double *dw_row = dw_partial ? dw_partial + (int64_t)blockIdx.x * n : nullptr;
+    double dw_owned[kOwnedColumns] = {};
     for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
         int64_t xo = row_start(x, row), go = row_start(dy, row);
         Acc r = inverse_rms(x, xo, n, eps, shared);
         Acc sum_gx = 0;
-        for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+#pragma unroll
+        for (int k = 0; k < kOwnedColumns; k++) { // constant k: dw_owned stays in registers
+            int64_t j = threadIdx.x + (int64_t)k * blockDim.x;
+            if (j >= n) break;
+            Acc xv = row_load<Acc>(x, xo + j * xs), dyv = row_load<Acc>(dy, go + j * gs);
+            sum_gx += dyv * row_load<Acc>(w, j * ws) * xv;
+            dw_owned[k] += (double)(dyv * xv * r);
+        }
+        for (int64_t j = threadIdx.x + (int64_t)kOwnedColumns * blockDim.x; j < n; j += blockDim.x) {
             Acc xv = row_load<Acc>(x, xo + j * xs), dyv = row_load<Acc>(dy, go + j * gs);
             sum_gx += dyv * row_load<Acc>(w, j * ws) * xv;
             if (dw_row) dw_row[j] += (double)(dyv * xv * r);
@@ -63,6 +77,12 @@ __global__ void rmsnorm_bwd_kernel(tg_cuda_view x, tg_cuda_view w, tg_cuda_view 
             Acc g = row_load<Acc>(dy, go + j * gs) * row_load<Acc>(w, j * ws);
             row_store(dx, dxo + j * dxs, r * (g - row_load<Acc>(x, xo + j * xs) * c));
         }
+    }
+    if (!dw_row) return;
+#pragma unroll
+    for (int k = 0; k < kOwnedColumns; k++) {
+        int64_t j = threadIdx.x + (int64_t)k * blockDim.x;
+        if (j < n) dw_row[j] += dw_owned[k];
     }
 }
 
@@ -104,10 +124,11 @@ extern "C" tg_status tg_cuda_rmsnorm_bwd(const tg_tensor *x, const tg_tensor *we
     double *partial = NULL;
     size_t partial_bytes = 0;
     if (dw) {
-        // Few blocks, each looping over many rows, keep the partial matrix small. Its
-        // height depends only on the row count and the device, so the order of the sums
-        // is the same from run to run.
-        int64_t cap = 2 * (int64_t)tg_cuda_multiprocessors(), count, bytes;
+        // One partial row per block, so the blocks loop over many rows: as many as fill
+        // the device (2048 threads per multiprocessor), which keeps the partial matrix at
+        // about 2 MB for rows of up to 512. Its height depends only on the row length and
+        // the device, so the order of the sums is the same from run to run.
+        int64_t cap = (int64_t)tg_cuda_multiprocessors() * (2048 / threads), count, bytes;
         if (blocks > cap) blocks = (unsigned)cap;
         if (tg_mul_overflows((int64_t)blocks, n, &count) || tg_mul_overflows(count, (int64_t)sizeof(double), &bytes))
             return tg_set_error(TG_ERR_OVERFLOW, "tg_rmsnorm backward: %u x %lld partial sums are too many", blocks,

@@ -2,7 +2,7 @@
 // the general-purpose kernels behind tensors on the device: strided copy with dtype
 // conversion, fill, add-into, the deterministic sum that undoes broadcasting, axpy and
 // random fills through cuRAND. Only the extern "C" functions of kernels/cuda_api.h leave.
-#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/strided.cuh"
 
 #include <curand.h>
 
@@ -50,48 +50,90 @@ extern "C" tg_status tg_cuda_synchronize(void)
 }
 
 // ---- strided elementwise kernels ----------------------------------------------------------
+//
+// copy, fill and add-into serve every layout and dtype through a merged index plan
+// (strided.cuh: contiguous operands become one dimension, so the device divides as little
+// as it can), with the values in double and rounded once on store. The gradient sums of a
+// training step are mostly dense f32 pairs, which get 16-byte accesses and float maths:
+// a float sum of two floats equals their double sum rounded to float, so the bits are
+// the same either way.
 
-__global__ void copy_kernel(tg_cuda_view dst, tg_cuda_view src, int64_t n)
-{
-    for (int64_t i = tg_global_index(); i < n; i += tg_global_stride())
-        tg_store_any(dst, tg_offset_of(dst, i), tg_load_any(src, tg_offset_of(src, i)));
-}
+enum elementwise_kind { COPY, ADD_INTO };
 
-__global__ void fill_kernel(tg_cuda_view t, double value, int64_t n)
-{
-    for (int64_t i = tg_global_index(); i < n; i += tg_global_stride()) tg_store_any(t, tg_offset_of(t, i), value);
-}
-
-__global__ void add_into_kernel(tg_cuda_view dst, tg_cuda_view src, int64_t n)
+template <elementwise_kind Kind> __global__ void strided_kernel(tg_strided<2> plan, int64_t n)
 {
     for (int64_t i = tg_global_index(); i < n; i += tg_global_stride()) {
-        int64_t o = tg_offset_of(dst, i);
-        tg_store_any(dst, o, tg_load_any(dst, o) + tg_load_any(src, tg_offset_of(src, i)));
+        int64_t at[2];
+        tg_strided_offsets(plan, i, at);
+        double v = tg_load_raw(plan.data[1], plan.dtype[1], at[1]);
+        if (Kind == ADD_INTO) v += tg_load_raw(plan.data[0], plan.dtype[0], at[0]);
+        tg_store_raw(plan.data[0], plan.dtype[0], at[0], v);
     }
+}
+
+// dst (+)= src over n dense floats; both start 16-byte aligned.
+template <elementwise_kind Kind> __global__ void dense_f32_kernel(float *dst, const float *src, int64_t n)
+{
+    const int64_t quads = n / 4;
+    float4 *dst4 = (float4 *)dst;
+    const float4 *src4 = (const float4 *)src;
+    for (int64_t i = tg_global_index(); i < quads; i += tg_global_stride()) {
+        float4 v = src4[i];
+        if (Kind == ADD_INTO) {
+            const float4 d = dst4[i];
+            v.x += d.x, v.y += d.y, v.z += d.z, v.w += d.w;
+        }
+        dst4[i] = v;
+    }
+    for (int64_t i = 4 * quads + tg_global_index(); i < n; i += tg_global_stride())
+        dst[i] = Kind == ADD_INTO ? dst[i] + src[i] : src[i];
+}
+
+__global__ void fill_kernel(tg_strided<1> plan, double value, int64_t n)
+{
+    for (int64_t i = tg_global_index(); i < n; i += tg_global_stride()) {
+        int64_t at;
+        tg_strided_offsets(plan, i, &at);
+        tg_store_raw(plan.data[0], plan.dtype[0], at, value);
+    }
+}
+
+template <elementwise_kind Kind> static tg_status launch_elementwise(tg_tensor *dst, const tg_tensor *src, const char *op)
+{
+    const int64_t n = tg_numel(dst);
+    if (n == 0) return TG_OK;
+    const int64_t *strides[2] = {dst->strides, src->strides};
+    tg_strided<2> plan = tg_strided_plan<2>(dst->ndim, dst->shape, strides);
+    tg_strided_bind(plan, 0, dst);
+    tg_strided_bind(plan, 1, src);
+    const bool aligned = (uintptr_t)plan.data[0] % 16 == 0 && (uintptr_t)plan.data[1] % 16 == 0;
+    if (tg_strided_is_dense(plan) && dst->dtype == TG_F32 && src->dtype == TG_F32 && aligned)
+        dense_f32_kernel<Kind><<<tg_blocks_for((n + 3) / 4), TG_THREADS>>>((float *)plan.data[0],
+                                                                          (const float *)plan.data[1], n);
+    else
+        strided_kernel<Kind><<<tg_blocks_for(n), TG_THREADS>>>(plan, n);
+    return tg_cuda_check_launch(op);
 }
 
 extern "C" tg_status tg_cuda_copy(tg_tensor *dst, const tg_tensor *src)
 {
-    int64_t n = tg_numel(dst);
-    if (n == 0) return TG_OK;
-    copy_kernel<<<tg_blocks_for(n), TG_THREADS>>>(tg_view_of(dst), tg_view_of(src), n);
-    return tg_cuda_check_launch("tg_copy");
-}
-
-extern "C" tg_status tg_cuda_fill(tg_tensor *t, double value)
-{
-    int64_t n = tg_numel(t);
-    if (n == 0) return TG_OK;
-    fill_kernel<<<tg_blocks_for(n), TG_THREADS>>>(tg_view_of(t), value, n);
-    return tg_cuda_check_launch("tg_fill");
+    return launch_elementwise<COPY>(dst, src, "tg_copy");
 }
 
 extern "C" tg_status tg_cuda_add_into(tg_tensor *dst, const tg_tensor *src)
 {
-    int64_t n = tg_numel(dst);
+    return launch_elementwise<ADD_INTO>(dst, src, "tg_accumulate_grad");
+}
+
+extern "C" tg_status tg_cuda_fill(tg_tensor *t, double value)
+{
+    const int64_t n = tg_numel(t);
     if (n == 0) return TG_OK;
-    add_into_kernel<<<tg_blocks_for(n), TG_THREADS>>>(tg_view_of(dst), tg_view_of(src), n);
-    return tg_cuda_check_launch("tg_accumulate_grad");
+    const int64_t *strides[1] = {t->strides};
+    tg_strided<1> plan = tg_strided_plan<1>(t->ndim, t->shape, strides);
+    tg_strided_bind(plan, 0, t);
+    fill_kernel<<<tg_blocks_for(n), TG_THREADS>>>(plan, value, n);
+    return tg_cuda_check_launch("tg_fill");
 }
 
 // ---- the sum that undoes broadcasting -------------------------------------------------------
