@@ -1,9 +1,10 @@
-// kernels/cuda/norm.cu: RMS normalisation on the GPU, one block per row (a row is x's
-// last dimension; any strides). Row statistics are block reductions in float (double
-// for f64). The weight gradient is summed without atomics: each block adds its rows'
-// terms into its own row of a partial-sum matrix, in the order it meets them, and a
-// second kernel adds the blocks' partial sums column by column in block order, so two
-// runs on one device give the same bits.
+// kernels/cuda/norm.cu: RMS normalisation on the GPU (a row is x's last dimension; any
+// strides): the forward takes one warp per row up to 512 elements and a block per row
+// beyond, the backward a block per row. Row statistics are reductions in a fixed order in
+// float (double for f64). The weight gradient is summed without atomics: each block adds
+// its rows' terms into its own row of a partial-sum matrix, in the order it meets them,
+// and a second kernel adds the blocks' partial sums column by column in a fixed order,
+// so two runs on one device give the same bits.
 #include "kernels/cuda/rows.cuh"
 #include "kernels/norm.h"
 
@@ -30,6 +31,30 @@ __global__ void rmsnorm_fwd_kernel(tg_cuda_view x, tg_cuda_view w, tg_cuda_view 
         int64_t xo = row_start(x, row), yo = row_start(y, row);
         Acc r = inverse_rms(x, xo, n, eps, shared);
         for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+            row_store(y, yo + j * ys, row_load<Acc>(x, xo + j * xs) * r * row_load<Acc>(w, j * ws));
+    }
+}
+
+// The same with one warp per row, for rows of up to kWarpRowMax elements (the d_model of a
+// small model): a block per row would spend its time on barriers and block launches. The
+// row's sum of squares is a warp reduction in a fixed order.
+constexpr int64_t kWarpRowMax = 512;
+
+template <typename Acc>
+__global__ void rmsnorm_fwd_warp_kernel(tg_cuda_view x, tg_cuda_view w, tg_cuda_view y, int64_t rows, Acc eps)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t first = tg_global_index() >> 5, warps = tg_global_stride() >> 5;
+    int64_t n = x.shape[x.ndim - 1], xs = row_step(x), ws = w.strides[0], ys = row_step(y);
+    for (int64_t row = first; row < rows; row += warps) { // the same row for the whole warp
+        int64_t xo = row_start(x, row), yo = row_start(y, row);
+        Acc sum_sq = 0;
+        for (int64_t j = lane; j < n; j += 32) {
+            Acc v = row_load<Acc>(x, xo + j * xs);
+            sum_sq += v * v;
+        }
+        Acc r = (Acc)1 / tg_sqrt(warp_reduce<sum_op>(sum_sq) / (Acc)n + eps);
+        for (int64_t j = lane; j < n; j += 32)
             row_store(y, yo + j * ys, row_load<Acc>(x, xo + j * xs) * r * row_load<Acc>(w, j * ws));
     }
 }
@@ -86,13 +111,16 @@ __global__ void rmsnorm_bwd_kernel(tg_cuda_view x, tg_cuda_view w, tg_cuda_view 
     }
 }
 
-// out[j] = Σ_b partial[b][j] over the n_parts partial rows, in block order.
+// out[j] = Σ_b partial[b][j] over the n_parts partial rows, one warp per column j: lane l
+// adds the rows b ≡ l (mod 32) in order, then the lanes' sums meet in a fixed tree.
 __global__ void sum_partials_kernel(const double *partial, int64_t n_parts, int64_t n, tg_cuda_view out)
 {
-    for (int64_t j = tg_global_index(); j < n; j += tg_global_stride()) {
+    const int lane = threadIdx.x & 31;
+    for (int64_t j = tg_global_index() >> 5; j < n; j += tg_global_stride() >> 5) {
         double sum = 0;
-        for (int64_t b = 0; b < n_parts; b++) sum += partial[b * n + j];
-        tg_store_any(out, j * out.strides[0], sum);
+        for (int64_t b = lane; b < n_parts; b += 32) sum += partial[b * n + j];
+        sum = warp_reduce<sum_op>(sum);
+        if (lane == 0) tg_store_any(out, j * out.strides[0], sum);
     }
 }
 
@@ -106,12 +134,17 @@ extern "C" tg_status tg_cuda_rmsnorm_fwd(const tg_tensor *x, const tg_tensor *we
 {
     int64_t rows = row_count(x);
     if (rows == 0) return TG_OK;
-    unsigned threads = row_threads(x->shape[x->ndim - 1]), blocks = row_blocks(rows);
-    if (x->dtype == TG_F64)
-        rmsnorm_fwd_kernel<double><<<blocks, threads>>>(tg_view_of(x), tg_view_of(weight), tg_view_of(y), rows, eps);
-    else
-        rmsnorm_fwd_kernel<float>
-            <<<blocks, threads>>>(tg_view_of(x), tg_view_of(weight), tg_view_of(y), rows, (float)eps);
+    const int64_t n = x->shape[x->ndim - 1];
+    tg_cuda_view xv = tg_view_of(x), wv = tg_view_of(weight), yv = tg_view_of(y);
+    if (n <= kWarpRowMax) {
+        unsigned blocks = tg_blocks_for(rows * 32);
+        if (x->dtype == TG_F64) rmsnorm_fwd_warp_kernel<double><<<blocks, TG_THREADS>>>(xv, wv, yv, rows, eps);
+        else rmsnorm_fwd_warp_kernel<float><<<blocks, TG_THREADS>>>(xv, wv, yv, rows, (float)eps);
+        return tg_cuda_check_launch("tg_rmsnorm");
+    }
+    unsigned threads = row_threads(n), blocks = row_blocks(rows);
+    if (x->dtype == TG_F64) rmsnorm_fwd_kernel<double><<<blocks, threads>>>(xv, wv, yv, rows, eps);
+    else rmsnorm_fwd_kernel<float><<<blocks, threads>>>(xv, wv, yv, rows, (float)eps);
     return tg_cuda_check_launch("tg_rmsnorm");
 }
 
@@ -149,7 +182,7 @@ extern "C" tg_status tg_cuda_rmsnorm_bwd(const tg_tensor *x, const tg_tensor *we
         rmsnorm_bwd_kernel<float><<<blocks, threads>>>(xv, wv, gv, dxv, dx != NULL, partial, rows, (float)eps);
     tg_status status = tg_cuda_check_launch("tg_rmsnorm backward");
     if (status == TG_OK && dw) {
-        sum_partials_kernel<<<tg_blocks_for(n), TG_THREADS>>>(partial, (int64_t)blocks, n, tg_view_of(dw));
+        sum_partials_kernel<<<tg_blocks_for(32 * n), TG_THREADS>>>(partial, (int64_t)blocks, n, tg_view_of(dw));
         status = tg_cuda_check_launch("tg_rmsnorm backward");
     }
     tg_device_free(TG_DEVICE_CUDA, partial, partial_bytes); // queued work finishes first: one stream
