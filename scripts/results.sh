@@ -17,7 +17,8 @@
 #   induction   the paper's model (2 layers, d_model 64, d_state 16, vocabulary 16), trained
 #               at length 256, then tested at 2^6 .. 2^20 (INDUCTION_STEPS)
 #   copying     Selective Copying at the paper's size: 4096 noise tokens, 16 to copy, 2
-#               layers, d_model 64, d_state 16, batch 64 (COPYING_STEPS)
+#               layers, d_model 64, d_state 16, batch 64 (COPYING_STEPS, COPYING_LR);
+#               copying-N: the same with N noise tokens (1024 and 256 by default)
 #   char        a 4-layer, d_model 256 character model of the King James Bible, then 600
 #               sampled characters (CHAR_STEPS)
 set -euo pipefail
@@ -93,14 +94,27 @@ if [ "$mode" = speed ]; then
     exit 0
 fi
 
-# One after the other, so that each run's tokens/s are its own.
+# One after the other, so that each run's tokens/s are its own. RESULTS_RUNS picks some.
 status=0
-run char train_char "${char[@]}" --steps "${CHAR_STEPS:-6000}" --eval-every 1000 --ckpt "$out/char.safetensors" &&
-    "$bin/train_char" --device cuda --resume "$out/char.safetensors" --sample 600 --temperature 0.6 \
-        --prompt "And the LORD said unto Moses, " > "$out/char-sample.txt" 2> "$out/char-sample.err" || status=1
-run induction train_induction "${induction[@]}" --steps "${INDUCTION_STEPS:-16000}" --eval-every 1000 \
-    --eval-max-log2 20 || status=1
-run copying train_selective_copy "${copying[@]}" --steps "${COPYING_STEPS:-10000}" --eval-every 500 || status=1
-rm -f "$out/char.safetensors" # 21 MB; the run can be repeated
+for name in ${RESULTS_RUNS:-char induction copying copying-1024 copying-256}; do
+    case $name in
+    char)
+        run char train_char "${char[@]}" --steps "${CHAR_STEPS:-2500}" --eval-every 500 --ckpt "$out/char.safetensors" &&
+            "$bin/train_char" --device cuda --resume "$out/char.safetensors" --sample 600 --temperature 0.6 \
+                --prompt "And the LORD said unto Moses, " > "$out/char-sample.txt" 2> "$out/char-sample.err" || status=1
+        rm -f "$out/char.safetensors" ;; # 21 MB; the run can be repeated
+    induction)
+        run induction train_induction "${induction[@]}" --steps "${INDUCTION_STEPS:-16000}" --eval-every 1000 \
+            --eval-max-log2 20 || status=1 ;;
+    copying) # the paper's length: 4096 noise tokens
+        run copying train_selective_copy "${copying[@]}" --steps "${COPYING_STEPS:-10000}" --eval-every 500 \
+            --lr "${COPYING_LR:-2e-3}" || status=1 ;;
+    copying-*) # shorter: copying-N has N noise tokens
+        noise=${name#copying-}
+        run "$name" train_selective_copy "${copying[@]}" --seq-len $((noise + 32)) --steps "${COPYING_STEPS:-10000}" \
+            --eval-every 500 || status=1 ;;
+    *) echo "unknown run '$name'" >&2; status=1 ;;
+    esac
+done
 cat "$out/runs.txt"
 exit $status
