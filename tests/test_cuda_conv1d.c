@@ -146,6 +146,8 @@ Test(cuda_conv1d, long_rows_and_many_channels)
         for (int lay = 0; lay < 2; lay++) {
             check_case((conv_case){2, 96, 8192 + 3, 4, (layout)lay, dtypes[d], true, true, false, false});
             check_case((conv_case){1, 1536, 300, 8, (layout)lay, dtypes[d], true, true, true, true});
+            /* short rows, many of them: a backward block walks several rows of its channel */
+            check_case((conv_case){12, 40, 2048, 4, (layout)lay, dtypes[d], true, true, true, true});
         }
 }
 

@@ -158,10 +158,14 @@ __device__ inline void copies_wait_all_but_last() { asm volatile("cp.async.wait_
 template <typename T> __host__ __device__ constexpr int row_fwd_ept() { return 2 * vec_width<T>(); }
 template <typename T> __host__ __device__ constexpr int row_bwd_ept() { return 2 * vec_width<T>(); }
 
+// The forward: chunks blocks per row, each making `passes` passes of chunk_len steps. The
+// backward: chunks blocks per channel, each making `passes` passes over that channel's list
+// of B · spans spans of chunk_len steps (row b's spans are items b · spans … b · spans + spans − 1).
 struct row_plan {
-    int64_t chunks; // blocks per row
+    int64_t chunks; // blocks per row (forward) or per channel (backward)
     int chunk_len;  // steps one pass of the block covers (threads · EPT)
-    int passes;     // passes per block: a block covers passes · chunk_len steps
+    int passes;     // passes per block
+    int64_t spans;  // backward: spans of chunk_len steps per row
     bool vec_x, vec_y, vec_dx; // rows 16-byte aligned: vector loads and stores allowed
 };
 
@@ -363,6 +367,16 @@ template <typename T, int KB> struct row_bwd_shape {
     static constexpr int DN = CH + HV * V;             // dout elements staged
 };
 
+// One span of the backward's list: row b, steps from base. Walked in order, so the next
+// one is found without a division.
+struct row_span {
+    int b, index; // index: the span within its row (B · spans fits an int: fits_row_bwd_grid)
+    __device__ void advance(int spans)
+    {
+        if (++index == spans) index = 0, b++;
+    }
+};
+
 template <typename T, int KB>
 __global__ void __launch_bounds__(kBlock) row_bwd(conv_args a, row_plan plan, float *ws)
 {
@@ -370,35 +384,34 @@ __global__ void __launch_bounds__(kBlock) row_bwd(conv_args a, row_plan plan, fl
     constexpr int EPT = S::EPT, V = S::V, HV = S::HV;
     __shared__ alignas(16) T xs[2][S::XN];
     __shared__ alignas(16) T ds[2][S::DN];
-    const int64_t row = blockIdx.x / plan.chunks, chunk = blockIdx.x % plan.chunks;
-    const int64_t b = row / a.C, c = row % a.C;
-    const T *x = row_of<T>(a.x, b, c), *dout = row_of<T>(a.y, b, c);
-    T *dx_row = row_of<T>(a.dx, b, c);
+    // This block: channel c, passes over the spans first … first + items − 1 of its list.
+    const int64_t c = blockIdx.x / plan.chunks, block_in_channel = blockIdx.x % plan.chunks;
+    const int first = (int)block_in_channel * plan.passes, spans = (int)plan.spans;
+    const int items = (int)a.B * spans - first < plan.passes ? (int)a.B * spans - first : plan.passes;
     const int ch = plan.chunk_len; // blockDim.x · EPT
     float wl[KB];
     const float bias = load_taps<T, KB>(a, c, wl);
     // The last K−1 steps also get the final states' gradient: dfinal[j] is x[L − (K−1) + j]'s.
     const int64_t final_from = a.dfinal.p ? a.L - (a.K - 1) : a.L;
-    float partial[KB + 1]; // dwl[0 … KB−1], dbias
+    float partial[KB + 1]; // dwl[0 … KB−1], dbias: sums over every span of the channel
 #pragma unroll
     for (int i = 0; i <= KB; i++) partial[i] = 0.0f;
-    auto stage = [&](int pass, int buf) {
-        const int64_t base = (chunk * plan.passes + pass) * ch;
-        if (pass < plan.passes && base < a.L) {
-            stage_row<T, true>(a, x, plan.vec_x, b, c, base - HV * V, ch / V + 2 * HV, xs[buf]);
-            stage_row<T, false>(a, dout, plan.vec_y, b, c, base, ch / V + HV, ds[buf]);
-        }
-        copies_commit();
+    auto stage = [&](row_span span, int buf) {
+        const int64_t base = (int64_t)span.index * ch;
+        stage_row<T, true>(a, row_of<T>(a.x, span.b, c), plan.vec_x, span.b, c, base - HV * V, ch / V + 2 * HV, xs[buf]);
+        stage_row<T, false>(a, row_of<T>(a.y, span.b, c), plan.vec_y, span.b, c, base, ch / V + HV, ds[buf]);
     };
-    stage(0, 0);
-    for (int pass = 0; pass < plan.passes; pass++) {
-        const int64_t base = (chunk * plan.passes + pass) * ch;
-        if (base >= a.L) break; // uniform across the block
+    row_span span = {first / spans, first % spans}, next = span;
+    stage(span, 0);
+    copies_commit();
+    for (int pass = 0; pass < items; pass++) {
         const int buf = pass & 1;
-        stage(pass + 1, buf ^ 1); // in flight while this pass computes
+        next.advance(spans);
+        if (pass + 1 < items) stage(next, buf ^ 1); // in flight while this pass computes
+        copies_commit();
         copies_wait_all_but_last();
         __syncthreads();
-        const int64_t t0 = base + (int64_t)threadIdx.x * EPT;
+        const int64_t b = span.b, t0 = (int64_t)span.index * ch + (int64_t)threadIdx.x * EPT;
         if (t0 < a.L) {
             // x over [t0 − HV·V, t0 + EPT + HV·V), of which xw = [t0 − (KB−1), t0 + EPT + KB − 1)
             float xv[EPT + 2 * HV * V];
@@ -432,11 +445,12 @@ __global__ void __launch_bounds__(kBlock) row_bwd(conv_args a, row_plan plan, fl
                     if (s >= final_from && s < a.L) dx[e] += ld<T>(a.dfinal, b, c, s - final_from);
                 }
             }
-            store_row<T, EPT>(dx_row, plan.vec_dx, a.L, t0, dx);
+            store_row<T, EPT>(row_of<T>(a.dx, b, c), plan.vec_dx, a.L, t0, dx);
         }
+        span = next;
         __syncthreads(); // this buffer is staged again two passes on
     }
-    block_partials_to_workspace<KB + 1>(partial, ws, a.B * plan.chunks, b * plan.chunks + chunk, c);
+    block_partials_to_workspace<KB + 1>(partial, ws, plan.chunks, block_in_channel, c);
 }
 
 // ---- tile kernels (channel-last or any strides) ---------------------------------------------------
@@ -789,10 +803,9 @@ bool channels_vectorisable(const tg_tensor *t, int cpt)
     return t->strides[1] == 1 && address % bytes == 0 && t->strides[0] % cpt == 0 && t->strides[2] % cpt == 0;
 }
 
-// Long rows: a block makes several passes, so its weights, setup and partial sums serve
-// more steps. The forward keeps at least 4 blocks per row (up to 4 passes each); the
-// backward double-buffers its passes, so more of them per block overlap more loads with
-// work: up to 8, down to one block per row (B·C blocks still fill the GPU).
+// The forward's plan. Long rows: a block makes several passes, so its weights and setup
+// serve more steps; at least min_chunks blocks per row, up to max_passes passes each (the
+// forward takes 4 and 4). Also the block size and span of the backward's plan (below).
 template <typename T, int EPT>
 row_plan make_row_plan(const conv_args &a, const tg_tensor *x, const tg_tensor *y, const tg_tensor *dx,
                        int min_chunks, int max_passes)
@@ -809,6 +822,23 @@ row_plan make_row_plan(const conv_args &a, const tg_tensor *x, const tg_tensor *
     plan.vec_x = rows_aligned(x, V);
     plan.vec_y = rows_aligned(y, V);
     plan.vec_dx = rows_aligned(dx, V);
+    return plan;
+}
+
+// The backward walks, for each channel, the spans of all B rows as one list (row after
+// row) and gives each block up to 8 consecutive spans, double-buffered: a long row's spans
+// overlap one another's loads, and short rows (one span each) overlap the next row's loads
+// with this one's work. All of a block's spans share the channel, so its
+// weights and its dw, dbias partial sums serve them all.
+template <typename T>
+row_plan make_row_bwd_plan(const conv_args &a, const tg_tensor *x, const tg_tensor *y, const tg_tensor *dx)
+{
+    constexpr int kMaxPasses = 8;
+    row_plan plan = make_row_plan<T, row_bwd_ept<T>()>(a, x, y, dx, 1, 1);
+    plan.spans = (a.L + plan.chunk_len - 1) / plan.chunk_len;
+    const int64_t items = a.B * plan.spans;
+    plan.passes = (int)(items < kMaxPasses ? items : kMaxPasses);
+    plan.chunks = (items + plan.passes - 1) / plan.passes;
     return plan;
 }
 
@@ -855,6 +885,10 @@ bool fits_tile_grid(const conv_args &a, const tile_plan &plan)
 }
 
 bool fits_row_grid(const conv_args &a, const row_plan &plan) { return a.B * a.C * plan.chunks <= INT32_MAX; }
+bool fits_row_bwd_grid(const conv_args &a, const row_plan &plan)
+{
+    return a.C * plan.chunks <= INT32_MAX && a.B * plan.spans <= INT32_MAX;
+}
 
 // A device buffer shaped like `like` (contiguous), standing in for a gradient the caller
 // did not ask for (dx) or did not have (dout: zeros).
@@ -917,9 +951,9 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
     row_plan rplan = {};
     tile_plan tplan = {};
     if (rows) {
-        rplan = make_row_plan<T, row_bwd_ept<T>()>(a, in->x, dout, dx, 1, 8);
-        parts = a.B * rplan.chunks;
-        if (!fits_row_grid(a, rplan)) return too_large(a);
+        rplan = make_row_bwd_plan<T>(a, in->x, dout, dx);
+        parts = rplan.chunks;
+        if (!fits_row_bwd_grid(a, rplan)) return too_large(a);
     } else {
         tplan = make_tile_plan<T>(a, in->x, dout, dx);
         parts = a.B * tplan.time_blocks;
@@ -930,7 +964,7 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
     tg_status status = tg_device_alloc(TG_DEVICE_CUDA, ws_bytes, (void **)&ws);
     if (status != TG_OK) return status;
     if (rows)
-        row_bwd<T, KB><<<(unsigned)(a.B * a.C * rplan.chunks), row_block(rplan, row_bwd_ept<T>())>>>(a, rplan, ws);
+        row_bwd<T, KB><<<(unsigned)(a.C * rplan.chunks), row_block(rplan, row_bwd_ept<T>())>>>(a, rplan, ws);
     else
         tile_bwd<T, KB><<<tile_grid(a, tplan), kBlock>>>(a, tplan, ws);
     status = tg_cuda_check_launch("tg_causal_conv1d backward");
