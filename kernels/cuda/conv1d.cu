@@ -25,7 +25,6 @@
 // select rather than a branch, and the row kernels do their 64-bit index maths once per row.
 #include "kernels/conv1d.h"
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/rows.cuh" /* tg_cuda_multiprocessors */
 
 namespace {
 
@@ -160,31 +159,14 @@ template <typename T> __host__ __device__ constexpr int row_fwd_ept() { return 2
 template <typename T> __host__ __device__ constexpr int row_bwd_ept() { return 2 * vec_width<T>(); }
 
 // The forward: chunks blocks per row, each making `passes` passes of chunk_len steps. The
-// backward (row_bwd_list below): a fixed number of blocks walking one list of spans.
+// backward: chunks blocks per channel, each making `passes` passes over that channel's list
+// of B · spans spans of chunk_len steps (row b's spans are items b · spans … b · spans + spans − 1).
 struct row_plan {
-    int64_t chunks; // blocks per row (forward)
+    int64_t chunks; // blocks per row (forward) or per channel (backward)
     int chunk_len;  // steps one pass of the block covers (threads · EPT)
-    int passes;     // passes per block (forward)
+    int passes;     // passes per block
+    int64_t spans;  // backward: spans of chunk_len steps per row
     bool vec_x, vec_y, vec_dx; // rows 16-byte aligned: vector loads and stores allowed
-};
-
-// The backward's work: every row cut into spans of chunk_len steps, listed channel by
-// channel (item u is channel u / per_channel, row (u % per_channel) / spans, span
-// u % spans), and cut into `blocks` consecutive runs of nearly equal length, one per block.
-// Block k takes items [k·items/blocks, (k+1)·items/blocks). The grid is what the GPU holds
-// at once, so there is no partly filled last wave and each block's first loads are the only
-// ones not overlapped with work.
-struct row_bwd_list {
-    int64_t items, per_channel, spans, blocks;
-    __host__ __device__ int64_t first_item(int64_t block) const { return block * items / blocks; }
-    // The block whose run holds item u.
-    __host__ __device__ int64_t block_of(int64_t u) const { return ((u + 1) * blocks - 1) / items; }
-    // Blocks whose runs hold some of channel c's items: they write its partial sums, in order.
-    __host__ __device__ int64_t first_block_of(int64_t c) const { return block_of(c * per_channel); }
-    __host__ __device__ int64_t blocks_of(int64_t c) const
-    {
-        return block_of(c * per_channel + per_channel - 1) - first_block_of(c) + 1;
-    }
 };
 
 // The K−1 steps left of each thread's window, x[t0 − (KB−1)] … x[t0 − 1], mostly taken from
@@ -385,55 +367,51 @@ template <typename T, int KB> struct row_bwd_shape {
     static constexpr int DN = CH + HV * V;             // dout elements staged
 };
 
-// A place in the backward's list, walked in order (no divisions after the first).
+// One span of the backward's list: row b, steps from base. Walked in order, so the next
+// one is found without a division.
 struct row_span {
-    int64_t c;
-    int b, index; // index: the span within its row
-    __device__ void advance(const row_bwd_list &list)
+    int b, index; // index: the span within its row (B · spans fits an int: fits_row_bwd_grid)
+    __device__ void advance(int spans)
     {
-        if (++index < list.spans) return;
-        index = 0;
-        if (++b * list.spans < list.per_channel) return;
-        b = 0, c++;
+        if (++index == spans) index = 0, b++;
     }
 };
 
 template <typename T, int KB>
-__global__ void __launch_bounds__(kBlock) row_bwd(conv_args a, row_plan plan, row_bwd_list list, float *ws,
-                                                  int64_t ws_parts)
+__global__ void __launch_bounds__(kBlock) row_bwd(conv_args a, row_plan plan, float *ws)
 {
     using S = row_bwd_shape<T, KB>;
     constexpr int EPT = S::EPT, V = S::V, HV = S::HV;
     __shared__ alignas(16) T xs[2][S::XN];
     __shared__ alignas(16) T ds[2][S::DN];
-    const int64_t first = list.first_item(blockIdx.x);
-    const int items = (int)(list.first_item(blockIdx.x + 1) - first);
+    // This block: channel c, passes over the spans first … first + items − 1 of its list.
+    const int64_t c = blockIdx.x / plan.chunks, block_in_channel = blockIdx.x % plan.chunks;
+    const int first = (int)block_in_channel * plan.passes, spans = (int)plan.spans;
+    const int items = (int)a.B * spans - first < plan.passes ? (int)a.B * spans - first : plan.passes;
     const int ch = plan.chunk_len; // blockDim.x · EPT
-    auto stage = [&](row_span at, int buf) {
-        const int64_t base = (int64_t)at.index * ch;
-        stage_row<T, true>(a, row_of<T>(a.x, at.b, at.c), plan.vec_x, at.b, at.c, base - HV * V, ch / V + 2 * HV,
-                           xs[buf]);
-        stage_row<T, false>(a, row_of<T>(a.y, at.b, at.c), plan.vec_y, at.b, at.c, base, ch / V + HV, ds[buf]);
-    };
-    const int64_t r = first % list.per_channel;
-    row_span span = {first / list.per_channel, (int)(r / list.spans), (int)(r % list.spans)}, next = span;
-    stage(span, 0);
-    copies_commit();
+    float wl[KB];
+    const float bias = load_taps<T, KB>(a, c, wl);
     // The last K−1 steps also get the final states' gradient: dfinal[j] is x[L − (K−1) + j]'s.
     const int64_t final_from = a.dfinal.p ? a.L - (a.K - 1) : a.L;
-    float wl[KB];
-    float bias = load_taps<T, KB>(a, span.c, wl);
-    float partial[KB + 1]; // dwl[0 … KB−1], dbias of the channel being walked
+    float partial[KB + 1]; // dwl[0 … KB−1], dbias: sums over every span of the channel
 #pragma unroll
     for (int i = 0; i <= KB; i++) partial[i] = 0.0f;
+    auto stage = [&](row_span span, int buf) {
+        const int64_t base = (int64_t)span.index * ch;
+        stage_row<T, true>(a, row_of<T>(a.x, span.b, c), plan.vec_x, span.b, c, base - HV * V, ch / V + 2 * HV, xs[buf]);
+        stage_row<T, false>(a, row_of<T>(a.y, span.b, c), plan.vec_y, span.b, c, base, ch / V + HV, ds[buf]);
+    };
+    row_span span = {first / spans, first % spans}, next = span;
+    stage(span, 0);
+    copies_commit();
     for (int pass = 0; pass < items; pass++) {
         const int buf = pass & 1;
-        next.advance(list);
+        next.advance(spans);
         if (pass + 1 < items) stage(next, buf ^ 1); // in flight while this pass computes
         copies_commit();
         copies_wait_all_but_last();
         __syncthreads();
-        const int64_t b = span.b, c = span.c, t0 = (int64_t)span.index * ch + (int64_t)threadIdx.x * EPT;
+        const int64_t b = span.b, t0 = (int64_t)span.index * ch + (int64_t)threadIdx.x * EPT;
         if (t0 < a.L) {
             // x over [t0 − HV·V, t0 + EPT + HV·V), of which xw = [t0 − (KB−1), t0 + EPT + KB − 1)
             float xv[EPT + 2 * HV * V];
@@ -469,15 +447,10 @@ __global__ void __launch_bounds__(kBlock) row_bwd(conv_args a, row_plan plan, ro
             }
             store_row<T, EPT>(row_of<T>(a.dx, b, c), plan.vec_dx, a.L, t0, dx);
         }
-        if (pass + 1 == items || next.c != c) { // the block leaves channel c (the same for all threads)
-            block_partials_to_workspace<KB + 1>(partial, ws, ws_parts, blockIdx.x - list.first_block_of(c), c);
-#pragma unroll
-            for (int i = 0; i <= KB; i++) partial[i] = 0.0f;
-            if (pass + 1 < items) bias = load_taps<T, KB>(a, next.c, wl);
-        }
         span = next;
         __syncthreads(); // this buffer is staged again two passes on
     }
+    block_partials_to_workspace<KB + 1>(partial, ws, plan.chunks, block_in_channel, c);
 }
 
 // ---- tile kernels (channel-last or any strides) ---------------------------------------------------
@@ -766,9 +739,8 @@ template <typename T> __global__ void initial_grad_kernel(conv_args a, t3 diniti
 
 // dw[c, K−1−i] and dbias[c] from ws[c][i][0 … parts): one warp per output, its lanes taking
 // every 32nd part and then a fixed shuffle tree, so the order of the sum never changes.
-// With a row backward's list (list.items > 0), channel c has list.blocks_of(c) parts.
-__global__ void sum_partials_kernel(const float *ws, int64_t ws_parts, row_bwd_list list, int64_t C, int K, int KB,
-                                    char *dw, int64_t dws0, int64_t dws1, char *db, int64_t dbs0, int dtype)
+__global__ void sum_partials_kernel(const float *ws, int64_t parts, int64_t C, int K, int KB, char *dw, int64_t dws0,
+                                    int64_t dws1, char *db, int64_t dbs0, int dtype)
 {
     const int64_t n = C * (KB + 1);
     const int lane = threadIdx.x % 32;
@@ -777,8 +749,7 @@ __global__ void sum_partials_kernel(const float *ws, int64_t ws_parts, row_bwd_l
         const int i = (int)(idx % (KB + 1));
         const bool is_bias = i == KB;
         if ((is_bias && !db) || (!is_bias && (i >= K || !dw))) continue; // uniform across the warp
-        const float *row = ws + idx * ws_parts;
-        const int64_t parts = list.items > 0 ? list.blocks_of(c) : ws_parts;
+        const float *row = ws + idx * parts;
         float sum = 0.0f;
         for (int64_t p = lane; p < parts; p += 32) sum += row[p];
 #pragma unroll
@@ -834,7 +805,7 @@ bool channels_vectorisable(const tg_tensor *t, int cpt)
 
 // The forward's plan. Long rows: a block makes several passes, so its weights and setup
 // serve more steps; at least min_chunks blocks per row, up to max_passes passes each (the
-// forward takes 4 and 4). The backward takes its block size and span length from here too.
+// forward takes 4 and 4). Also the block size and span of the backward's plan (below).
 template <typename T, int EPT>
 row_plan make_row_plan(const conv_args &a, const tg_tensor *x, const tg_tensor *y, const tg_tensor *dx,
                        int min_chunks, int max_passes)
@@ -854,29 +825,21 @@ row_plan make_row_plan(const conv_args &a, const tg_tensor *x, const tg_tensor *
     return plan;
 }
 
-// The backward's list (row_bwd_list) over as many blocks as the GPU holds at once
-// (row_bwd's occupancy at this block size, times the multiprocessors), or fewer when there
-// are fewer spans. The count depends only on the shape and the device, so the order of the
-// partial sums does not change from run to run.
-template <typename T, int KB> row_bwd_list make_row_bwd_list(const conv_args &a, const row_plan &plan)
+// The backward walks, for each channel, the spans of all B rows as one list (row after
+// row) and gives each block up to 8 consecutive spans, double-buffered: a long row's spans
+// overlap one another's loads, and short rows (one span each) overlap the next row's loads
+// with this one's work. All of a block's spans share the channel, so its
+// weights and its dw, dbias partial sums serve them all.
+template <typename T>
+row_plan make_row_bwd_plan(const conv_args &a, const tg_tensor *x, const tg_tensor *y, const tg_tensor *dx)
 {
-    row_bwd_list list = {};
-    list.spans = (a.L + plan.chunk_len - 1) / plan.chunk_len;
-    list.per_channel = a.B * list.spans;
-    list.items = a.C * list.per_channel;
-    static int resident[kBlock / 32 + 1]; // blocks per multiprocessor, by block size in warps
-    const int warps = plan.chunk_len / row_bwd_ept<T>() / 32;
-    if (resident[warps] == 0) {
-        int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, row_bwd<T, KB>, warps * 32, 0) != cudaSuccess || n < 1) {
-            cudaGetLastError(); // clear it: a guess below does
-            n = 4;
-        }
-        resident[warps] = n;
-    }
-    const int64_t wanted = (int64_t)resident[warps] * tg_cuda_multiprocessors();
-    list.blocks = list.items < wanted ? list.items : wanted;
-    return list;
+    constexpr int kMaxPasses = 8;
+    row_plan plan = make_row_plan<T, row_bwd_ept<T>()>(a, x, y, dx, 1, 1);
+    plan.spans = (a.L + plan.chunk_len - 1) / plan.chunk_len;
+    const int64_t items = a.B * plan.spans;
+    plan.passes = (int)(items < kMaxPasses ? items : kMaxPasses);
+    plan.chunks = (items + plan.passes - 1) / plan.passes;
+    return plan;
 }
 
 int row_block(const row_plan &plan, int ept) { return plan.chunk_len / ept; }
@@ -922,8 +885,10 @@ bool fits_tile_grid(const conv_args &a, const tile_plan &plan)
 }
 
 bool fits_row_grid(const conv_args &a, const row_plan &plan) { return a.B * a.C * plan.chunks <= INT32_MAX; }
-// row_span keeps b and the span index in ints.
-bool fits_row_bwd_list(const conv_args &a, const row_bwd_list &list) { return a.B <= INT32_MAX && list.spans <= INT32_MAX; }
+bool fits_row_bwd_grid(const conv_args &a, const row_plan &plan)
+{
+    return a.C * plan.chunks <= INT32_MAX && a.B * plan.spans <= INT32_MAX;
+}
 
 // A device buffer shaped like `like` (contiguous), standing in for a gradient the caller
 // did not ask for (dx) or did not have (dout: zeros).
@@ -984,15 +949,11 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
     const bool rows = time_contiguous(in->x) && time_contiguous(dout) && time_contiguous(dx);
     int64_t parts;
     row_plan rplan = {};
-    row_bwd_list list = {};
     tile_plan tplan = {};
     if (rows) {
-        rplan = make_row_plan<T, row_bwd_ept<T>()>(a, in->x, dout, dx, 1, 1);
-        list = make_row_bwd_list<T, KB>(a, rplan);
-        if (!fits_row_bwd_list(a, list)) return too_large(a);
-        // The most blocks one channel's items can meet: every block holds at least m items.
-        const int64_t m = list.items / list.blocks;
-        parts = (list.per_channel + m - 1) / m + 1;
+        rplan = make_row_bwd_plan<T>(a, in->x, dout, dx);
+        parts = rplan.chunks;
+        if (!fits_row_bwd_grid(a, rplan)) return too_large(a);
     } else {
         tplan = make_tile_plan<T>(a, in->x, dout, dx);
         parts = a.B * tplan.time_blocks;
@@ -1003,13 +964,13 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
     tg_status status = tg_device_alloc(TG_DEVICE_CUDA, ws_bytes, (void **)&ws);
     if (status != TG_OK) return status;
     if (rows)
-        row_bwd<T, KB><<<(unsigned)list.blocks, row_block(rplan, row_bwd_ept<T>())>>>(a, rplan, list, ws, parts);
+        row_bwd<T, KB><<<(unsigned)(a.C * rplan.chunks), row_block(rplan, row_bwd_ept<T>())>>>(a, rplan, ws);
     else
         tile_bwd<T, KB><<<tile_grid(a, tplan), kBlock>>>(a, tplan, ws);
     status = tg_cuda_check_launch("tg_causal_conv1d backward");
     if (status == TG_OK && (dweight || dbias)) {
         sum_partials_kernel<<<tg_blocks_for(32 * a.C * (KB + 1)), TG_THREADS>>>(
-            ws, parts, list, a.C, a.K, KB, dweight ? tg_bytes(dweight) : NULL, dweight ? dweight->strides[0] : 0,
+            ws, parts, a.C, a.K, KB, dweight ? tg_bytes(dweight) : NULL, dweight ? dweight->strides[0] : 0,
             dweight ? dweight->strides[1] : 0, dbias ? tg_bytes(dbias) : NULL, dbias ? dbias->strides[0] : 0,
             (int)in->x->dtype);
         status = tg_cuda_check_launch("tg_causal_conv1d backward");
