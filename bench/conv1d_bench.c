@@ -23,10 +23,8 @@
  *     row starts, so the check that they are all finite afterwards also catches elements
  *     that no kernel wrote.
  */
-#include "core/internal.h"
+#include "bench/bench_cuda.h"
 #include "kernels/conv1d.h"
-
-#include <cuda_runtime.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -35,7 +33,6 @@
 #include <time.h>
 
 #define MAX_SETS 16
-#define MAX_RUNS 1000
 #define HOST_CHUNK_BYTES ((size_t)64 << 20)
 
 typedef struct {
@@ -50,14 +47,11 @@ typedef enum { LAYOUT_CHANNEL_FIRST, LAYOUT_CHANNEL_LAST, LAYOUT_COUNT } bench_l
 /* "cf": x is a contiguous (B, C, L) tensor; "cl": x is a (B, L, C) tensor viewed as (B, C, L). */
 static const char *const layout_names[LAYOUT_COUNT] = {"cf", "cl"};
 
-#define COUNT_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
+#define COUNT_OF(a) BENCH_COUNT_OF(a)
 
 typedef struct {
     const char *csv_path;
-    int max_runs;     /* timed runs per measurement, unless the budget says fewer */
-    int min_runs;     /* never fewer than this */
-    int warmup;       /* untimed runs first */
-    double budget_ms; /* device time one measurement should take at most */
+    bench_policy runs;
     /* Filters (NULL or 0: all): one size, dtype, layout or width, e.g. to profile one row. */
     const char *only_size, *only_dtype, *only_layout;
     int64_t only_width;
@@ -70,152 +64,22 @@ typedef struct {
     tg_tensor *weight, *bias, *dweight, *dbias;
 } bench_case;
 
-typedef struct {
-    double median_us, q1_us, q3_us;
-    int runs;
-    bool ok;
-    char error[160];
-} bench_timing;
-
-typedef tg_status (*bench_run_fn)(const bench_case *c, int set);
-
-static cudaEvent_t events[MAX_RUNS + 1];
-
-/* ---- small helpers ------------------------------------------------------------------ */
-
-static bool cuda_ok(cudaError_t error, const char *what)
-{
-    if (error == cudaSuccess) return true;
-    fprintf(stderr, "conv1d_bench: %s: %s\n", what, cudaGetErrorString(error));
-    return false;
-}
-
-static int compare_doubles(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* The p-quantile of n sorted values, interpolating between neighbours. */
-static double quantile(const double *sorted, int n, double p)
-{
-    double position = p * (n - 1);
-    int below = (int)position;
-    if (below >= n - 1) return sorted[n - 1];
-    double frac = position - below;
-    return sorted[below] * (1.0 - frac) + sorted[below + 1] * frac;
-}
-
-static double seconds_now(void)
-{
-    struct timespec ts;
-    timespec_get(&ts, TIME_UTC);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* Keeps an error message fit for one CSV field: no commas, quotes or newlines. */
-static void copy_message(char *dst, size_t size, const char *src)
-{
-    snprintf(dst, size, "%s", src);
-    for (char *p = dst; *p; p++)
-        if (*p == ',' || *p == '"' || *p == '\n') *p = ';';
-}
-
 /* ---- timing ----------------------------------------------------------------------------- */
 
-static tg_status run_forward(const bench_case *c, int set)
+static tg_status run_forward(const void *context, int set)
 {
+    const bench_case *c = context;
     tg_conv1d_args args = {.x = c->x[set], .weight = c->weight, .bias = c->bias, .activation = TG_ACT_SILU};
     return tg_cuda_causal_conv1d_fwd(&args, c->out[set], NULL);
 }
 
-static tg_status run_forward_backward(const bench_case *c, int set)
+static tg_status run_forward_backward(const void *context, int set)
 {
+    const bench_case *c = context;
     tg_conv1d_args args = {.x = c->x[set], .weight = c->weight, .bias = c->bias, .activation = TG_ACT_SILU};
     tg_status status = tg_cuda_causal_conv1d_fwd(&args, c->out[set], NULL);
     if (status != TG_OK) return status;
     return tg_cuda_causal_conv1d_bwd(&args, c->dout[set], NULL, c->dx[set], c->dweight, c->dbias, NULL);
-}
-
-static bench_timing timing_failed(bench_timing t, const char *message)
-{
-    t.ok = false;
-    copy_message(t.error, sizeof t.error, message);
-    return t;
-}
-
-/* How many timed runs fit the budget, given one warm-up run's time. */
-static int runs_for(const bench_options *o, double one_run_ms)
-{
-    int runs = o->max_runs;
-    if (one_run_ms > 0 && one_run_ms * runs > o->budget_ms) runs = (int)(o->budget_ms / one_run_ms);
-    if (runs < o->min_runs) runs = o->min_runs;
-    return runs < MAX_RUNS ? runs : MAX_RUNS;
-}
-
-/* Warm-up, then `runs` runs queued back to back with an event between each two; the
- * median and quartiles of the intervals. Sets rotate throughout. */
-static bench_timing time_runs(const bench_case *c, bench_run_fn run, const bench_options *o)
-{
-    bench_timing t = {0};
-    int set = 0;
-    float ms = 0;
-    for (int i = 0; i < o->warmup; i++, set = (set + 1) % c->sets) {
-        cudaEventRecord(events[0], 0);
-        if (run(c, set) != TG_OK) return timing_failed(t, tg_last_error());
-        cudaEventRecord(events[1], 0);
-    }
-    if (!cuda_ok(cudaEventSynchronize(events[1]), "warm-up") ||
-        !cuda_ok(cudaEventElapsedTime(&ms, events[0], events[1]), "warm-up timing"))
-        return timing_failed(t, "CUDA error in the warm-up");
-    t.runs = runs_for(o, ms);
-
-    cudaEventRecord(events[0], 0);
-    for (int i = 0; i < t.runs; i++, set = (set + 1) % c->sets) {
-        if (run(c, set) != TG_OK) return timing_failed(t, tg_last_error());
-        cudaEventRecord(events[i + 1], 0);
-    }
-    if (!cuda_ok(cudaEventSynchronize(events[t.runs]), "timed runs")) return timing_failed(t, "CUDA error in the timed runs");
-    double us[MAX_RUNS];
-    for (int i = 0; i < t.runs; i++) {
-        cudaEventElapsedTime(&ms, events[i], events[i + 1]);
-        us[i] = 1e3 * ms;
-    }
-    qsort(us, (size_t)t.runs, sizeof us[0], compare_doubles);
-    t.median_us = quantile(us, t.runs, 0.5);
-    t.q1_us = quantile(us, t.runs, 0.25);
-    t.q3_us = quantile(us, t.runs, 0.75);
-    t.ok = true;
-    return t;
-}
-
-/* Device-to-device copy of 1 GiB (median of the runs), in GB/s of bytes read + written. */
-static double measure_copy_bandwidth(tg_tape *tape, tg_rng *rng, const bench_options *o)
-{
-    int64_t n = (int64_t)1 << 28; /* f32 elements: 1 GiB */
-    size_t bytes = (size_t)n * sizeof(float);
-    tg_tensor *src = tg_empty(tape, TG_F32, TG_DEVICE_CUDA, 1, &n);
-    tg_tensor *dst = tg_empty(tape, TG_F32, TG_DEVICE_CUDA, 1, &n);
-    if (!src || !dst || tg_fill_normal(src, rng, 0.0, 1.0) != TG_OK) {
-        fprintf(stderr, "conv1d_bench: copy buffers: %s\n", tg_last_error());
-        return NAN;
-    }
-    int runs = o->max_runs < 30 ? o->max_runs : 30;
-    for (int i = 0; i < 3; i++) cudaMemcpy(tg_bytes(dst), tg_bytes(src), bytes, cudaMemcpyDeviceToDevice);
-    cudaEventRecord(events[0], 0);
-    for (int i = 0; i < runs; i++) {
-        cudaMemcpy(tg_bytes(dst), tg_bytes(src), bytes, cudaMemcpyDeviceToDevice);
-        cudaEventRecord(events[i + 1], 0);
-    }
-    if (!cuda_ok(cudaEventSynchronize(events[runs]), "copy bandwidth")) return NAN;
-    double ms[MAX_RUNS];
-    for (int i = 0; i < runs; i++) {
-        float interval;
-        cudaEventElapsedTime(&interval, events[i], events[i + 1]);
-        ms[i] = interval;
-    }
-    qsort(ms, (size_t)runs, sizeof ms[0], compare_doubles);
-    return 2.0 * (double)bytes / (quantile(ms, runs, 0.5) * 1e-3) / 1e9;
 }
 
 /* ---- the finiteness check ----------------------------------------------------------------- */
@@ -267,19 +131,11 @@ static tg_tensor *make_bcl(tg_tape *tape, tg_dtype dtype, bench_size s, bench_la
     return base ? tg_view(tape, base, 3, shape, strides, 0) : NULL;
 }
 
-/* Enough sets that their x tensors together exceed 4× the L2 cache (at least two). */
-static int sets_needed(size_t x_bytes, size_t l2_bytes)
-{
-    size_t sets = 4 * l2_bytes / x_bytes + 1;
-    if (sets < 2) sets = 2;
-    return sets < MAX_SETS ? (int)sets : MAX_SETS;
-}
-
 static bool make_sets(tg_tape *tape, tg_rng *rng, bench_case *c, tg_dtype dtype, bench_size s,
                       bench_layout layout, size_t l2_bytes)
 {
     size_t x_bytes = (size_t)(s.batch * s.channels * s.length) * tg_dtype_size(dtype);
-    c->sets = sets_needed(x_bytes, l2_bytes);
+    c->sets = bench_sets_needed(x_bytes, l2_bytes, MAX_SETS);
     for (int i = 0; i < c->sets; i++) {
         c->x[i] = make_bcl(tape, dtype, s, layout);
         c->dout[i] = make_bcl(tape, dtype, s, layout);
@@ -385,15 +241,15 @@ static bool bench_case_rows(tg_tape *tape, tg_rng *rng, bench_size s, tg_dtype d
         if (o->only_width && o->only_width != bench_widths[k]) continue;
         bench_row r = {.size = s, .dtype = dtype, .layout = layout, .width = bench_widths[k], .non_finite = -1};
         if (!made || !make_parameters(tape, rng, &c, dtype, s.channels, r.width)) {
-            r.fwd = r.fwd_bwd = timing_failed(r.fwd, tg_last_error());
+            r.fwd = r.fwd_bwd = bench_timing_failed(tg_last_error());
         } else {
-            r.fwd = time_runs(&c, run_forward, o);
-            r.fwd_bwd = time_runs(&c, run_forward_backward, o);
+            r.fwd = bench_time_runs(run_forward, &c, c.sets, &o->runs);
+            r.fwd_bwd = bench_time_runs(run_forward_backward, &c, c.sets, &o->runs);
             if (r.fwd_bwd.ok) r.non_finite = check_finite(&c, host);
         }
         print_row(&r, copy_gbps, csv);
         if (!r.fwd.ok || !r.fwd_bwd.ok || r.non_finite != 0) (*failed_rows)++;
-        if (!cuda_ok(cudaDeviceSynchronize(), "after a row")) return false;
+        if (!bench_cuda_ok(cudaDeviceSynchronize(), "after a row")) return false;
     }
     return true;
 }
@@ -422,20 +278,17 @@ static void usage(void)
 
 static bool parse_options(int argc, char **argv, bench_options *o)
 {
-    *o = (bench_options){.max_runs = 100, .min_runs = 10, .warmup = 3, .budget_ms = 1500.0};
+    *o = (bench_options){.runs = {.max_runs = 100, .min_runs = 10, .warmup = 3, .budget_ms = 1500.0}};
     for (int i = 1; i < argc; i++) {
         bool has_value = i + 1 < argc;
         if (!strcmp(argv[i], "--quick")) {
-            o->max_runs = 5;
-            o->min_runs = 2;
-            o->warmup = 1;
-            o->budget_ms = 100.0;
+            o->runs = (bench_policy){.max_runs = 5, .min_runs = 2, .warmup = 1, .budget_ms = 100.0};
         } else if (!strcmp(argv[i], "--csv") && has_value) {
             o->csv_path = argv[++i];
         } else if (!strcmp(argv[i], "--runs") && has_value) {
-            o->max_runs = atoi(argv[++i]);
-            if (o->max_runs < 1 || o->max_runs > MAX_RUNS) return false;
-            if (o->min_runs > o->max_runs) o->min_runs = o->max_runs;
+            o->runs.max_runs = atoi(argv[++i]);
+            if (o->runs.max_runs < 1 || o->runs.max_runs > BENCH_MAX_RUNS) return false;
+            if (o->runs.min_runs > o->runs.max_runs) o->runs.min_runs = o->runs.max_runs;
         } else if (!strcmp(argv[i], "--size") && has_value) {
             o->only_size = argv[++i];
         } else if (!strcmp(argv[i], "--dtype") && has_value) {
@@ -446,8 +299,8 @@ static bool parse_options(int argc, char **argv, bench_options *o)
             o->only_width = atoll(argv[++i]);
             if (o->only_width < 1) return false;
         } else if (!strcmp(argv[i], "--budget-ms") && has_value) {
-            o->budget_ms = atof(argv[++i]);
-            if (!(o->budget_ms > 0)) return false;
+            o->runs.budget_ms = atof(argv[++i]);
+            if (!(o->runs.budget_ms > 0)) return false;
         } else {
             return false;
         }
@@ -480,27 +333,24 @@ int main(int argc, char **argv)
         return 2;
     }
     struct cudaDeviceProp prop;
-    if (!cuda_ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties")) return 1;
-    for (int i = 0; i <= MAX_RUNS; i++)
-        if (!cuda_ok(cudaEventCreate(&events[i]), "cudaEventCreate")) return 1;
+    if (!bench_init("conv1d_bench") || !bench_cuda_ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties"))
+        return 1;
     uint8_t *host = NULL;
-    if (!cuda_ok(cudaMallocHost((void **)&host, HOST_CHUNK_BYTES), "cudaMallocHost")) return 1;
+    if (!bench_cuda_ok(cudaMallocHost((void **)&host, HOST_CHUNK_BYTES), "cudaMallocHost")) return 1;
     FILE *csv = open_csv(o.csv_path);
     if (o.csv_path && !csv) return 1;
 
-    struct timespec now;
-    timespec_get(&now, TIME_UTC);
-    uint64_t seed = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec; /* fresh inputs every run */
+    uint64_t seed = bench_clock_seed(); /* fresh inputs every run */
     tg_rng rng;
     tg_rng_seed(&rng, seed);
     tg_tape *tape = tg_tape_create();
-    double started = seconds_now();
+    double started = bench_seconds();
 
-    double copy_gbps = measure_copy_bandwidth(tape, &rng, &o);
+    double copy_gbps = bench_copy_bandwidth(tape, &rng, o.runs.max_runs < 30 ? o.runs.max_runs : 30);
     tg_tape_reset(tape);
     tg_memory_empty_cache();
     printf("device: %s, %d SMs, %.0f MiB L2; seed %llu; runs ≤ %d per measurement, budget %.0f ms\n", prop.name,
-           prop.multiProcessorCount, prop.l2CacheSize / 1048576.0, (unsigned long long)seed, o.max_runs, o.budget_ms);
+           prop.multiProcessorCount, prop.l2CacheSize / 1048576.0, (unsigned long long)seed, o.runs.max_runs, o.runs.budget_ms);
     printf("copy bandwidth (device to device, 1 GiB, read + write): %.1f GB/s\n\n", copy_gbps);
     print_header();
 
@@ -515,7 +365,7 @@ int main(int argc, char **argv)
                 tg_tape_reset(tape);
                 tg_memory_empty_cache();
             }
-    printf("\nelapsed %.1f s; %d rows failed%s\n", seconds_now() - started, failed_rows,
+    printf("\nelapsed %.1f s; %d rows failed%s\n", bench_seconds() - started, failed_rows,
            device_ok ? "" : "; stopped early: the device is in an error state");
 
     if (csv) fclose(csv);

@@ -8,9 +8,10 @@
  * written); "fwd+bwd" is that forward followed by the backward with every gradient. The
  * kernel entry points are called directly (no tape) on inputs drawn with cuRAND.
  *
- * How it measures (as bench/conv1d_bench.c): each case rotates among enough input sets that
- * their u tensors alone exceed 4× the L2 cache; after a warm-up the runs are queued back to
- * back with a CUDA event between each two, and the median interval is reported. The outputs
+ * How it measures (bench/bench_cuda.h, as bench/conv1d_bench.c): each case rotates among
+ * enough input sets that their u tensors alone exceed 4× the L2 cache; after a warm-up the
+ * runs are queued back to back with a CUDA event between each two, and the median interval
+ * is reported. The outputs
  * and gradients of the first set start as NaN, and the case fails unless all are finite
  * afterwards. The floor is the bytes a kernel must move (read u, delta, z, Bm, Cm, write out
  * and the chunk states; the backward also reads dout and writes du, ddelta, dz, dBm, dCm)
@@ -19,10 +20,8 @@
  * Output: '#' lines describe the device and the floors; then CSV, one line per case:
  *   impl,B,D,N,L,dtype,fwd_us,fwdbwd_us,status
  * bench/scan_peers.py prints the same columns for its PyTorch peers. */
-#include "core/internal.h"
+#include "bench/bench_cuda.h"
 #include "kernels/scan.h"
-
-#include <cuda_runtime.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -31,7 +30,6 @@
 #include <time.h>
 
 #define MAX_SETS 8
-#define MAX_RUNS 1000
 #define CHUNK 64
 
 typedef struct {
@@ -41,12 +39,7 @@ typedef struct {
 static const scan_size bench_sizes[] = {{8, 1536, 16, 2048}, {16, 768, 16, 1024}};
 static const tg_dtype bench_dtypes[] = {TG_F32, TG_BF16};
 
-#define COUNT_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
-
-typedef struct {
-    int max_runs, min_runs, warmup;
-    double budget_ms; /* device time one measurement should take at most */
-} bench_options;
+#define COUNT_OF(a) BENCH_COUNT_OF(a)
 
 /* One case: the rotating input sets (and their outputs), the per-channel parameters, the
  * chunk states and the gradients (shared by the sets: each run writes all of them). */
@@ -60,44 +53,6 @@ typedef struct {
     tg_scan_grads grads;
 } bench_case;
 
-typedef struct {
-    double median_us;
-    int runs;
-    bool ok;
-    char error[200];
-} bench_timing;
-
-typedef tg_status (*bench_run_fn)(const bench_case *c, int set);
-
-static cudaEvent_t events[MAX_RUNS + 1];
-
-static bool cuda_ok(cudaError_t error, const char *what)
-{
-    if (error == cudaSuccess) return true;
-    fprintf(stderr, "scan_bench: %s: %s\n", what, cudaGetErrorString(error));
-    return false;
-}
-
-static int compare_doubles(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median_of(double *values, int n)
-{
-    qsort(values, (size_t)n, sizeof values[0], compare_doubles);
-    return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
-/* Keeps a message fit for one CSV field. */
-static void copy_message(char *dst, size_t size, const char *src)
-{
-    snprintf(dst, size, "%s", src);
-    for (char *p = dst; *p; p++)
-        if (*p == ',' || *p == '"' || *p == '\n') *p = ';';
-}
-
 /* ---- the runs ----------------------------------------------------------------------------- */
 
 static tg_scan_args args_for(const bench_case *c, int set)
@@ -106,83 +61,20 @@ static tg_scan_args args_for(const bench_case *c, int set)
                           c->z[set], c->bias,       NULL,    true,       CHUNK};
 }
 
-static tg_status run_forward(const bench_case *c, int set)
+static tg_status run_forward(const void *context, int set)
 {
+    const bench_case *c = context;
     tg_scan_args a = args_for(c, set);
     return tg_cuda_selective_scan_fwd(&a, c->out[set], NULL, c->states);
 }
 
-static tg_status run_forward_backward(const bench_case *c, int set)
+static tg_status run_forward_backward(const void *context, int set)
 {
+    const bench_case *c = context;
     tg_scan_args a = args_for(c, set);
     tg_status status = tg_cuda_selective_scan_fwd(&a, c->out[set], NULL, c->states);
     if (status != TG_OK) return status;
     return tg_cuda_selective_scan_bwd(&a, c->states, c->dout[set], NULL, &c->grads);
-}
-
-static bench_timing timing_failed(const char *message)
-{
-    bench_timing t = {0};
-    copy_message(t.error, sizeof t.error, message);
-    return t;
-}
-
-/* Warm-up, then runs queued back to back with an event between each two; the median. */
-static bench_timing time_runs(const bench_case *c, bench_run_fn run, const bench_options *o)
-{
-    bench_timing t = {0};
-    int set = 0;
-    float ms = 0;
-    for (int i = 0; i < o->warmup; i++, set = (set + 1) % c->sets) {
-        cudaEventRecord(events[0], 0);
-        if (run(c, set) != TG_OK) return timing_failed(tg_last_error());
-        cudaEventRecord(events[1], 0);
-    }
-    if (!cuda_ok(cudaEventSynchronize(events[1]), "warm-up") ||
-        !cuda_ok(cudaEventElapsedTime(&ms, events[0], events[1]), "warm-up timing"))
-        return timing_failed("CUDA error in the warm-up");
-    t.runs = o->max_runs;
-    if (ms > 0 && ms * t.runs > o->budget_ms) t.runs = (int)(o->budget_ms / ms);
-    if (t.runs < o->min_runs) t.runs = o->min_runs;
-
-    cudaEventRecord(events[0], 0);
-    for (int i = 0; i < t.runs; i++, set = (set + 1) % c->sets) {
-        if (run(c, set) != TG_OK) return timing_failed(tg_last_error());
-        cudaEventRecord(events[i + 1], 0);
-    }
-    if (!cuda_ok(cudaEventSynchronize(events[t.runs]), "timed runs")) return timing_failed("CUDA error in the runs");
-    double us[MAX_RUNS];
-    for (int i = 0; i < t.runs; i++) {
-        cudaEventElapsedTime(&ms, events[i], events[i + 1]);
-        us[i] = 1e3 * ms;
-    }
-    t.median_us = median_of(us, t.runs);
-    t.ok = true;
-    return t;
-}
-
-/* Device-to-device copy of 1 GiB (median), in GB/s of bytes read + written. */
-static double copy_bandwidth(tg_tape *tape, tg_rng *rng)
-{
-    int64_t n = (int64_t)1 << 28;
-    size_t bytes = (size_t)n * sizeof(float);
-    tg_tensor *src = tg_empty(tape, TG_F32, TG_DEVICE_CUDA, 1, &n), *dst = tg_empty(tape, TG_F32, TG_DEVICE_CUDA, 1, &n);
-    if (!src || !dst || tg_fill_normal(src, rng, 0.0, 1.0) != TG_OK) return NAN;
-    const int runs = 20;
-    for (int i = 0; i < 3; i++) cudaMemcpy(tg_bytes(dst), tg_bytes(src), bytes, cudaMemcpyDeviceToDevice);
-    cudaEventRecord(events[0], 0);
-    for (int i = 0; i < runs; i++) {
-        cudaMemcpy(tg_bytes(dst), tg_bytes(src), bytes, cudaMemcpyDeviceToDevice);
-        cudaEventRecord(events[i + 1], 0);
-    }
-    if (!cuda_ok(cudaEventSynchronize(events[runs]), "copy bandwidth")) return NAN;
-    double ms[MAX_RUNS];
-    for (int i = 0; i < runs; i++) {
-        float interval;
-        cudaEventElapsedTime(&interval, events[i], events[i + 1]);
-        ms[i] = interval;
-    }
-    return 2.0 * (double)bytes / (median_of(ms, runs) * 1e-3) / 1e9;
 }
 
 /* ---- making a case -------------------------------------------------------------------------- */
@@ -202,9 +94,7 @@ static bool make_case(tg_tape *tape, tg_rng *rng, bench_case *c, scan_size s, tg
     const int64_t bdl[3] = {s.B, s.D, s.L}, bnl[3] = {s.B, s.N, s.L}, dn[2] = {s.D, s.N};
     const int64_t states_shape[4] = {s.B, s.D, s.N, (s.L - 1) / CHUNK + 1};
     size_t u_bytes = (size_t)(s.B * s.D * s.L) * tg_dtype_size(dtype);
-    c->sets = (int)(4 * l2_bytes / u_bytes + 1);
-    if (c->sets < 2) c->sets = 2;
-    if (c->sets > MAX_SETS) c->sets = MAX_SETS;
+    c->sets = bench_sets_needed(u_bytes, l2_bytes, MAX_SETS);
     for (int i = 0; i < c->sets; i++) {
         c->u[i] = device_tensor(tape, dtype, 3, bdl);
         c->delta[i] = device_tensor(tape, dtype, 3, bdl);
@@ -270,15 +160,15 @@ static void floor_bytes(scan_size s, tg_dtype dtype, double *fwd, double *bwd)
 
 /* ---- main ------------------------------------------------------------------------------------ */
 
-static bool parse_options(int argc, char **argv, bench_options *o)
+static bool parse_options(int argc, char **argv, bench_policy *o)
 {
-    *o = (bench_options){.max_runs = 100, .min_runs = 10, .warmup = 3, .budget_ms = 2000.0};
+    *o = (bench_policy){.max_runs = 100, .min_runs = 10, .warmup = 3, .budget_ms = 2000.0};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) {
-            *o = (bench_options){.max_runs = 5, .min_runs = 2, .warmup = 1, .budget_ms = 100.0};
+            *o = (bench_policy){.max_runs = 5, .min_runs = 2, .warmup = 1, .budget_ms = 100.0};
         } else if (!strcmp(argv[i], "--runs") && i + 1 < argc) {
             o->max_runs = atoi(argv[++i]);
-            if (o->max_runs < 1 || o->max_runs > MAX_RUNS) return false;
+            if (o->max_runs < 1 || o->max_runs > BENCH_MAX_RUNS) return false;
             if (o->min_runs > o->max_runs) o->min_runs = o->max_runs;
         } else {
             return false;
@@ -289,7 +179,7 @@ static bool parse_options(int argc, char **argv, bench_options *o)
 
 int main(int argc, char **argv)
 {
-    bench_options o;
+    bench_policy o;
     if (!parse_options(argc, argv, &o)) {
         fprintf(stderr, "usage: scan_bench [--quick] [--runs N]\n");
         return 2;
@@ -299,17 +189,14 @@ int main(int argc, char **argv)
         return 2;
     }
     struct cudaDeviceProp prop;
-    if (!cuda_ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties")) return 1;
-    for (int i = 0; i <= MAX_RUNS; i++)
-        if (!cuda_ok(cudaEventCreate(&events[i]), "cudaEventCreate")) return 1;
-    struct timespec now;
-    timespec_get(&now, TIME_UTC);
-    uint64_t seed = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+    if (!bench_init("scan_bench") || !bench_cuda_ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties"))
+        return 1;
+    uint64_t seed = bench_clock_seed();
     tg_rng rng;
     tg_rng_seed(&rng, seed);
     tg_tape *tape = tg_tape_create();
 
-    double copy_gbps = copy_bandwidth(tape, &rng);
+    double copy_gbps = bench_copy_bandwidth(tape, &rng, 20);
     tg_tape_reset(tape);
     tg_memory_empty_cache();
     printf("# device: %s, %d SMs, %.0f MiB L2; seed %llu; copy bandwidth (1 GiB, read + write) %.1f GB/s\n",
@@ -328,10 +215,10 @@ int main(int argc, char **argv)
             bench_timing fwd, both;
             int64_t bad = -1;
             if (!make_case(tape, &rng, &c, s, dtype, (size_t)prop.l2CacheSize)) {
-                fwd = both = timing_failed(tg_last_error());
+                fwd = both = bench_timing_failed(tg_last_error());
             } else {
-                fwd = time_runs(&c, run_forward, &o);
-                both = time_runs(&c, run_forward_backward, &o);
+                fwd = bench_time_runs(run_forward, &c, c.sets, &o);
+                both = bench_time_runs(run_forward_backward, &c, c.sets, &o);
                 if (both.ok) bad = non_finite(&c);
             }
             const char *status = !fwd.ok ? fwd.error : !both.ok ? both.error : bad != 0 ? "not finite" : "ok";
@@ -345,7 +232,7 @@ int main(int argc, char **argv)
                    (fwd_bytes + bwd_bytes) / copy_gbps / 1e3, fwd.runs, both.runs);
             fflush(stdout);
             if (strcmp(status, "ok") != 0) failed++;
-            device_ok = cuda_ok(cudaDeviceSynchronize(), "after a case");
+            device_ok = bench_cuda_ok(cudaDeviceSynchronize(), "after a case");
             tg_tape_reset(tape);
             tg_memory_empty_cache();
         }
