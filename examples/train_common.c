@@ -742,6 +742,24 @@ tg_status train_eval_batch(train_session *s, const int32_t *inputs, const int32_
     return status;
 }
 
+tg_status train_evaluate_task(train_session *s, train_task_batch_fn make_batch, const void *task, int64_t rows,
+                              double *values)
+{
+    int64_t batch = s->options->batch, len = s->options->seq_len;
+    tg_rng rng;
+    tg_rng_seed(&rng, (uint64_t)s->options->seed + 0x5eed);
+    train_eval_sums sums = {0};
+    for (int64_t done = 0; done < rows; done += batch) {
+        int64_t n = rows - done < batch ? rows - done : batch;
+        if (make_batch(task, &rng, n, len, s->inputs, s->targets) != TG_OK ||
+            train_eval_batch(s, s->inputs, s->targets, n, len, &sums) != TG_OK)
+            return TG_ERR_INVALID;
+    }
+    values[0] = sums.loss_sum / (double)sums.scored;
+    values[1] = (double)sums.correct / (double)sums.scored;
+    return TG_OK;
+}
+
 struct train_stream {
     train_session *s;
     int64_t rows;

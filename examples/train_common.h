@@ -176,6 +176,15 @@ typedef struct {
 tg_status train_eval_batch(train_session *s, const int32_t *inputs, const int32_t *targets, int64_t rows,
                            int64_t len, train_eval_sums *sums);
 
+/* Draws n sequences of length len of a synthetic task into inputs and targets. */
+typedef tg_status (*train_task_batch_fn)(const void *task, tg_rng *rng, int64_t n, int64_t len, int32_t *inputs,
+                                         int32_t *targets);
+/* Held-out loss and accuracy (values[0], values[1]) on `rows` sequences of --seq-len drawn
+ * by make_batch, in batches of --batch. Their generator is seeded from --seed the same way
+ * at every call, so every evaluation of a run scores the same sequences. */
+tg_status train_evaluate_task(train_session *s, train_task_batch_fn make_batch, const void *task, int64_t rows,
+                              double *values);
+
 /* Runs the model over `rows` sequences given piece by piece, carrying the recurrent
  * state from one piece to the next, in no-grad mode: memory depends on the piece, not on
  * the whole length. Used to score the last position of very long sequences, and to

@@ -32,23 +32,10 @@ static int64_t eval_long_tokens(tg_device device)
 
 static const char *const eval_columns[] = {"eval_loss", "eval_accuracy", NULL};
 
-/* Loss and accuracy at the training length on `rows` held-out sequences (the same ones at
- * every evaluation: their generator is seeded the same way each time). */
-static tg_status evaluate(train_session *s, const tg_induction_config *task, int64_t rows, double *values)
+static tg_status induction_batch(const void *task, tg_rng *rng, int64_t n, int64_t len, int32_t *inputs,
+                                 int32_t *targets)
 {
-    int64_t batch = s->options->batch, len = s->options->seq_len;
-    tg_rng rng;
-    tg_rng_seed(&rng, (uint64_t)s->options->seed + 0x5eed);
-    train_eval_sums sums = {0};
-    for (int64_t done = 0; done < rows; done += batch) {
-        int64_t n = rows - done < batch ? rows - done : batch;
-        if (tg_task_induction_batch(task, &rng, n, len, s->inputs, s->targets) != TG_OK ||
-            train_eval_batch(s, s->inputs, s->targets, n, len, &sums) != TG_OK)
-            return TG_ERR_INVALID;
-    }
-    values[0] = sums.loss_sum / (double)sums.scored;
-    values[1] = (double)sums.correct / (double)sums.scored;
-    return TG_OK;
+    return tg_task_induction_batch(task, rng, n, len, inputs, targets);
 }
 
 /* How many of `samples` sequences of length len the model answers right. The rows of
@@ -158,7 +145,7 @@ int main(int argc, char **argv)
             train_step(s) != TG_OK)
             return train_fail(s);
         if (train_eval_due(s)) {
-            if (evaluate(s, &task, eval_rows, eval) != TG_OK) return train_fail(s);
+            if (train_evaluate_task(s, induction_batch, &task, eval_rows, eval) != TG_OK) return train_fail(s);
             train_record_eval(s, eval);
         }
         if (train_end_step(s) != TG_OK) return train_fail(s);
