@@ -264,6 +264,8 @@ Test(cuda_scan, mamba_like_sizes_match_cpu)
     check_case((scan_case){2, 96, 16, 1000, 0, LAYOUT_CONTIGUOUS, TG_BF16, all_features()});
     check_case((scan_case){2, 80, 16, 515, 0, LAYOUT_CHANNEL_LAST, TG_F32, all_features()});
     check_case((scan_case){1, 64, 16, 700, 700, LAYOUT_CONTIGUOUS, TG_F32, all_features()}); /* one chunk, 44 tiles */
+    /* the Selective Copying length of the Mamba paper (4096 + 2·16): 65 chunks, the last one half full */
+    check_case((scan_case){2, 64, 16, 4128, 0, LAYOUT_CONTIGUOUS, TG_F32, all_features()});
 }
 
 /* Two backward passes over the same data give the same bits for every gradient (the sums
