@@ -25,6 +25,16 @@ struct tg_storage {
     tg_storage_kind kind;
 };
 
+/* ---- CPU threads (core/parallel.c) -------------------------------------------------------
+ * tg_parallel_ranges runs fn(context, begin, end) over contiguous ranges that cover
+ * [0, n), each of at least min_per_thread indices, on up to tg_num_threads() threads (the
+ * caller's thread runs the first range), and returns when all are done. fn must only
+ * write memory no other range writes, and must not call the library's error functions
+ * (report failures through the context); sums across ranges belong after the call, in a
+ * fixed order, so that results do not depend on the thread count. */
+typedef void (*tg_range_fn)(void *context, int64_t begin, int64_t end);
+void tg_parallel_ranges(int64_t n, int64_t min_per_thread, tg_range_fn fn, void *context);
+
 /* ---- device memory (core/device.c) ------------------------------------------------
  * Host memory comes from malloc or a tape's arena; CUDA memory from a caching
  * allocator: freed blocks are kept by size and handed out again, most recently freed

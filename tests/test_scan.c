@@ -405,6 +405,37 @@ Test(scan, backward_is_deterministic)
     tg_tape_free(tape);
 }
 
+/* The batch rows are split over CPU threads: 1, 2, 3 or more threads give the same bits
+ * for the output, the final state and every gradient. */
+Test(scan, results_do_not_depend_on_the_thread_count)
+{
+    tg_tape *tape = tg_tape_create();
+    scan_case c = {tt_randint(4, 9), tt_randint(2, 6), tt_randint(1, 8), tt_randint(20, 90), tt_randint(4, 30),
+                   tt_randint(0, 1), {true, true, true, true, true, true, false}};
+    scan_inputs in = make_inputs(tape, TG_F64, &c);
+    tg_tensor *w = tt_randn(tape, TG_F64, 3, (int64_t[]){c.B, c.D, c.L});
+    tg_tensor *wf = tt_randn(tape, TG_F64, 3, (int64_t[]){c.B, c.D, c.N});
+    tg_set_num_threads(1);
+    pass_result base = full_pass(tape, &in, c, w, wf);
+    const int threads[] = {2, 3, (int)c.B, (int)c.B + 5};
+    for (size_t k = 0; k < sizeof threads / sizeof threads[0]; k++) {
+        tg_set_num_threads(threads[k]);
+        cr_assert_eq(tg_num_threads(), threads[k]);
+        pass_result p = full_pass(tape, &in, c, w, wf);
+        for (int i = 0; i < 11; i++)
+            for (int64_t j = 0; j < p.counts[i]; j++)
+                cr_assert(p.values[i][j] == base.values[i][j] ||
+                              (isnan(p.values[i][j]) && isnan(base.values[i][j])),
+                          "%d threads vs 1: result %d[%lld]: %.17g vs %.17g (B=%lld)", threads[k], i, (long long)j,
+                          p.values[i][j], base.values[i][j], (long long)c.B);
+        free_pass(&p);
+    }
+    tg_set_num_threads(0);
+    cr_assert_geq(tg_num_threads(), 1);
+    free_pass(&base);
+    tg_tape_free(tape);
+}
+
 /* A storage dtype against f64 runs on the same inputs (rounded to that dtype first), so
  * only the rounding of results and saved states is measured, not the conditioning of
  * the sums: output, final state and every gradient. */

@@ -92,6 +92,11 @@ const char *tg_device_name(tg_device device);
 bool tg_device_available(tg_device device);
 /* TG_DEVICE_AUTO → the device that will be used; others are returned as given. */
 tg_device tg_device_resolve(tg_device device);
+/* CPU threads the CPU kernels may use (today the selective scan splits its batch rows
+ * over them). Default: the environment's TG_NUM_THREADS, else the online CPUs. Results
+ * are the same bits for any count. n < 1 restores the default. */
+void tg_set_num_threads(int n);
+int tg_num_threads(void);
 
 float tg_bf16_to_f32(uint16_t value);
 uint16_t tg_f32_to_bf16(float value); /* round to nearest even; NaN stays NaN */

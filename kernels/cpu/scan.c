@@ -4,11 +4,14 @@
  * read element by element through their strides, so any layout works. The backward
  * walks the chunks of a row from last to first: it recomputes the chunk's states from
  * the saved start state into a (chunk + 1)·N scratch buffer (row 0 holds the state
- * before the chunk), then runs the reverse scan over the chunk. */
+ * before the chunk), then runs the reverse scan over the chunk. Both directions split
+ * the batch rows b over CPU threads (core/parallel.c), in a way that leaves every result
+ * the same bits for any number of threads. */
 #include "kernels/scan.h"
 #include "kernels/cpu/scalar_math.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 static double at1(const tg_tensor *t, int64_t i0) { return tg_load(tg_bytes(t), t->dtype, i0 * t->strides[0]); }
@@ -103,37 +106,54 @@ static void scan_row_forward(const scan_row *r, double *h, tg_tensor *out, tg_te
     for (int64_t n = 0; final_state && n < r->N; n++) put3(final_state, r->b, r->d, n, h[n]);
 }
 
-tg_status tg_cpu_selective_scan_fwd(const tg_scan_args *a, tg_tensor *out, tg_tensor *final_state,
-                                    tg_tensor *chunk_states)
+/* The batch rows are split over CPU threads (tg_parallel_ranges): each (b, d) row is its
+ * own recurrence and writes only its own outputs, so the split changes no result. */
+typedef struct {
+    const tg_scan_args *a;
+    tg_tensor *out, *final_state, *chunk_states;
+    atomic_bool out_of_memory; /* set by a range that could not get its buffers */
+} forward_job;
+
+static void forward_rows(void *context, int64_t b_begin, int64_t b_end)
 {
-    const int64_t B = a->u->shape[0], D = a->u->shape[1], N = a->A->shape[1];
+    forward_job *job = context;
+    const tg_scan_args *a = job->a;
+    const int64_t D = a->u->shape[1], N = a->A->shape[1];
     double *h = malloc(sizeof(double) * (size_t)N), *A_row = malloc(sizeof(double) * (size_t)N);
     if (!h || !A_row) {
-        free(h);
-        free(A_row);
-        return tg_set_error(TG_ERR_NOMEM, "tg_selective_scan: out of memory for a state buffer");
-    }
-    for (int64_t d = 0; d < D; d++) {
-        scan_row r = {a, 0, d, N, A_row, 0.0, 0.0};
-        load_channel(a, d, N, A_row, &r.bias, &r.skip);
-        for (r.b = 0; r.b < B; r.b++) scan_row_forward(&r, h, out, final_state, chunk_states);
+        atomic_store(&job->out_of_memory, true);
+    } else {
+        for (int64_t b = b_begin; b < b_end; b++)
+            for (int64_t d = 0; d < D; d++) {
+                scan_row r = {a, b, d, N, A_row, 0.0, 0.0};
+                load_channel(a, d, N, A_row, &r.bias, &r.skip);
+                scan_row_forward(&r, h, job->out, job->final_state, job->chunk_states);
+            }
     }
     free(h);
     free(A_row);
+}
+
+tg_status tg_cpu_selective_scan_fwd(const tg_scan_args *a, tg_tensor *out, tg_tensor *final_state,
+                                    tg_tensor *chunk_states)
+{
+    forward_job job = {a, out, final_state, chunk_states, false};
+    tg_parallel_ranges(a->u->shape[0], 1, forward_rows, &job);
+    if (atomic_load(&job.out_of_memory)) return tg_set_error(TG_ERR_NOMEM, "tg_selective_scan: out of memory for a state buffer");
     return TG_OK;
 }
 
 /* ---- backward ---------------------------------------------------------------------------- */
 
-/* Scratch for the backward, and the sums it keeps in double until they are stored. */
+/* One thread's scratch for the backward, and the sums of the row it is on. */
 typedef struct {
     double *H;      /* (chunk + 1)·N: H[0] the state before the chunk, H[k+1] the state after step t0+k */
     double *y;      /* chunk: the pre-gate output of each step in the chunk */
     double *carry;  /* N: exp(dt_{t+1}·A)·δh_{t+1}, the state gradient flowing back into step t */
     double *A_row;  /* N */
-    double *dA;     /* N: Σ_{b,t} for the current d */
-    double *dBm;    /* B·N·L, Σ_d (or NULL) */
-    double *dCm;    /* B·N·L, Σ_d (or NULL) */
+    double *dA;     /* N: Σ_t of the current (b, d) row */
+    double *dBm;    /* B·N·L, Σ_d (or NULL); shared, each thread adds only into its rows b */
+    double *dCm;    /* B·N·L, Σ_d (or NULL); likewise */
     double dDv, dbias;
 } scan_scratch;
 
@@ -144,23 +164,18 @@ static void free_scratch(scan_scratch *s)
     free(s->carry);
     free(s->A_row);
     free(s->dA);
-    free(s->dBm);
-    free(s->dCm);
 }
 
-static bool alloc_scratch(scan_scratch *s, const tg_scan_args *a, const tg_scan_grads *g)
+static bool alloc_scratch(scan_scratch *s, const tg_scan_args *a)
 {
     const int64_t N = a->A->shape[1], L = a->u->shape[2], len = a->chunk < L ? a->chunk : L;
-    const size_t sums = (size_t)(a->u->shape[0] * N * L);
     *s = (scan_scratch){0};
     s->H = malloc(sizeof(double) * (size_t)((len + 1) * N));
     s->y = malloc(sizeof(double) * (size_t)len);
     s->carry = malloc(sizeof(double) * (size_t)N);
     s->A_row = malloc(sizeof(double) * (size_t)N);
     s->dA = malloc(sizeof(double) * (size_t)N);
-    if (g->dBm) s->dBm = calloc(sums, sizeof(double));
-    if (g->dCm) s->dCm = calloc(sums, sizeof(double));
-    return s->H && s->y && s->carry && s->A_row && s->dA && (!g->dBm || s->dBm) && (!g->dCm || s->dCm);
+    return s->H && s->y && s->carry && s->A_row && s->dA;
 }
 
 /* Reruns the forward over steps [t0, t1) from chunk c's saved start state into s->H and s->y. */
@@ -229,6 +244,46 @@ static void scan_row_backward(const scan_row *r, const tg_tensor *chunk_states, 
     for (int64_t n = 0; g->dinitial_state && n < r->N; n++) put3(g->dinitial_state, r->b, r->d, n, s->carry[n]);
 }
 
+/* The backward splits the batch rows over CPU threads, as the forward does. Sums over d
+ * (dBm, dCm) stay inside a row b, so the thread that owns b adds them in the order d = 0,
+ * 1, ... Sums over b (dA, dDv, ddelta_bias) are kept per (b, d) and added over b in order
+ * after the threads are done: the same bits for any number of threads. */
+typedef struct {
+    const tg_scan_args *a;
+    const tg_tensor *chunk_states, *dout, *dfinal;
+    const tg_scan_grads *g;
+    double *dBm, *dCm;           /* B·N·L sums over d (or NULL) */
+    double *dA, *dDv, *dbias;    /* per (b, d): B·D·N, B·D, B·D */
+    atomic_bool out_of_memory;
+} backward_job;
+
+static void backward_rows(void *context, int64_t b_begin, int64_t b_end)
+{
+    backward_job *job = context;
+    const tg_scan_args *a = job->a;
+    const int64_t D = a->u->shape[1], N = a->A->shape[1];
+    scan_scratch s;
+    if (!alloc_scratch(&s, a)) {
+        atomic_store(&job->out_of_memory, true);
+        free_scratch(&s);
+        return;
+    }
+    s.dBm = job->dBm;
+    s.dCm = job->dCm;
+    for (int64_t b = b_begin; b < b_end; b++)
+        for (int64_t d = 0; d < D; d++) {
+            scan_row r = {a, b, d, N, s.A_row, 0.0, 0.0};
+            load_channel(a, d, N, s.A_row, &r.bias, &r.skip);
+            for (int64_t n = 0; n < N; n++) s.dA[n] = 0.0;
+            s.dDv = s.dbias = 0.0;
+            scan_row_backward(&r, job->chunk_states, job->dout, job->dfinal, job->g, &s);
+            for (int64_t n = 0; n < N; n++) job->dA[(b * D + d) * N + n] = s.dA[n];
+            job->dDv[b * D + d] = s.dDv;
+            job->dbias[b * D + d] = s.dbias;
+        }
+    free_scratch(&s);
+}
+
 /* dBm and dCm were summed over d in double; store them once. */
 static void store_sums(const double *sum, tg_tensor *dst, int64_t B, int64_t N, int64_t L)
 {
@@ -237,28 +292,46 @@ static void store_sums(const double *sum, tg_tensor *dst, int64_t B, int64_t N, 
             for (int64_t t = 0; t < L; t++) put3(dst, b, n, t, sum[(b * N + n) * L + t]);
 }
 
+/* dA[d, n], dDv[d], ddelta_bias[d]: the rows' sums added over b in order. */
+static void store_channel_sums(const backward_job *job, int64_t B, int64_t D, int64_t N)
+{
+    const tg_scan_grads *g = job->g;
+    for (int64_t d = 0; d < D; d++) {
+        for (int64_t n = 0; g->dA && n < N; n++) {
+            double sum = 0.0;
+            for (int64_t b = 0; b < B; b++) sum += job->dA[(b * D + d) * N + n];
+            put2(g->dA, d, n, sum);
+        }
+        double dDv = 0.0, dbias = 0.0;
+        for (int64_t b = 0; b < B; b++) dDv += job->dDv[b * D + d], dbias += job->dbias[b * D + d];
+        if (g->dDv) put1(g->dDv, d, dDv);
+        if (g->ddelta_bias) put1(g->ddelta_bias, d, dbias);
+    }
+}
+
 tg_status tg_cpu_selective_scan_bwd(const tg_scan_args *a, const tg_tensor *chunk_states, const tg_tensor *dout,
                                     const tg_tensor *dfinal, const tg_scan_grads *g)
 {
     const int64_t B = a->u->shape[0], D = a->u->shape[1], L = a->u->shape[2], N = a->A->shape[1];
-    scan_scratch s;
-    if (!alloc_scratch(&s, a, g)) {
-        free_scratch(&s);
-        return tg_set_error(TG_ERR_NOMEM, "tg_selective_scan backward: out of memory for scratch buffers");
+    const size_t sums = (size_t)(B * N * L), rows = (size_t)(B * D);
+    backward_job job = {a, chunk_states, dout, dfinal, g, NULL, NULL, NULL, NULL, NULL, false};
+    if (g->dBm) job.dBm = calloc(sums, sizeof(double));
+    if (g->dCm) job.dCm = calloc(sums, sizeof(double));
+    job.dA = malloc(sizeof(double) * rows * (size_t)N);
+    job.dDv = malloc(sizeof(double) * rows);
+    job.dbias = malloc(sizeof(double) * rows);
+    bool ok = (!g->dBm || job.dBm) && (!g->dCm || job.dCm) && job.dA && job.dDv && job.dbias;
+    if (ok) tg_parallel_ranges(B, 1, backward_rows, &job);
+    ok = ok && !atomic_load(&job.out_of_memory);
+    if (ok) {
+        store_channel_sums(&job, B, D, N);
+        if (g->dBm) store_sums(job.dBm, g->dBm, B, N, L);
+        if (g->dCm) store_sums(job.dCm, g->dCm, B, N, L);
     }
-    /* d outermost, then b, then t backwards: every sum runs in one fixed order. */
-    for (int64_t d = 0; d < D; d++) {
-        scan_row r = {a, 0, d, N, s.A_row, 0.0, 0.0};
-        load_channel(a, d, N, s.A_row, &r.bias, &r.skip);
-        for (int64_t n = 0; n < N; n++) s.dA[n] = 0.0;
-        s.dDv = s.dbias = 0.0;
-        for (r.b = 0; r.b < B; r.b++) scan_row_backward(&r, chunk_states, dout, dfinal, g, &s);
-        for (int64_t n = 0; g->dA && n < N; n++) put2(g->dA, d, n, s.dA[n]);
-        if (g->dDv) put1(g->dDv, d, s.dDv);
-        if (g->ddelta_bias) put1(g->ddelta_bias, d, s.dbias);
-    }
-    if (g->dBm) store_sums(s.dBm, g->dBm, B, N, L);
-    if (g->dCm) store_sums(s.dCm, g->dCm, B, N, L);
-    free_scratch(&s);
-    return TG_OK;
+    free(job.dBm);
+    free(job.dCm);
+    free(job.dA);
+    free(job.dDv);
+    free(job.dbias);
+    return ok ? TG_OK : tg_set_error(TG_ERR_NOMEM, "tg_selective_scan backward: out of memory for scratch buffers");
 }
