@@ -84,11 +84,12 @@ static tg_status group_rows_by_id(const tg_tensor *dy, const tg_tensor *ids, int
                 else grouped[start[id]++] = it.offset[1] + j * it.row_stride[1];
             }
         } while (tg_iter_next_row(&it));
-        if (pass == 0)
+        if (pass == 0) {
             for (int64_t v = 0; v < vocab; v++) start[v + 1] += start[v];
-        else /* placing moved start[v] to the end of v's group, which is where v + 1 starts */
+        } else { /* placing moved start[v] to the end of v's group, which is where v + 1 starts */
             for (int64_t v = vocab; v > 0; v--) start[v] = start[v - 1];
-        if (pass == 1) start[0] = 0;
+            start[0] = 0;
+        }
     }
     *first = start, *rows = grouped;
     return TG_OK;
