@@ -26,6 +26,7 @@
 #include "kernels/conv1d.h"
 #include "kernels/cuda/common.cuh"
 
+
 namespace {
 
 constexpr int kBlock = 128;    // threads per block
@@ -125,6 +126,20 @@ __device__ inline float activation_slope(float z, bool silu)
     return silu ? s * (1.0f + z * (1.0f - s)) : 1.0f;
 }
 
+// The row backward's form, one multiply shorter. It takes zs = −z·log2 e, built from taps and
+// bias scaled by −log2 e, and returns act'(z)·(−ln 2), so that the scaled taps turn g·(−ln 2)
+// back into dx (Σ wl·g = Σ (−wl·log2 e)·(−g·ln 2)); the dw and dbias sums are scaled back once
+// at the end. With s' = −σ·ln 2 = 1 / ((1 + 2^zs)·(−1/ln 2)):
+//   act'(z)·(−ln 2) = s'·(1 + z·(1 − σ)) = s'·(1 − zs·(s' + ln 2)).
+constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+__device__ inline float scaled_activation_slope(float zs, bool silu)
+{
+    float e, s;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(zs));
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(s) : "f"(fmaf(e, -kLog2e, -kLog2e)));
+    return silu ? s * fmaf(-zs, s + kLn2, 1.0f) : -kLn2;
+}
+
 template <typename T, int N> struct alignas(sizeof(T) * N) vec {
     T v[N];
 };
@@ -146,78 +161,156 @@ __device__ inline void copy16_async(void *shared, const void *global)
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(global));
 }
 __device__ inline void copies_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
-// Closes the group of copies issued since the last commit (possibly none).
-__device__ inline void copies_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-// Waits until at most one committed group is still in flight: the one issued last.
-__device__ inline void copies_wait_all_but_last() { asm volatile("cp.async.wait_group 1;\n" ::); }
+
+// ---- bulk copies into shared memory ---------------------------------------------------------
+
+// Hopper copies a contiguous, 16-byte aligned span of global memory into shared memory with
+// one instruction (cp.async.bulk, the 1-D form of the tensor memory accelerator), counting the
+// bytes that arrived on an mbarrier in shared memory. The row kernels stage each span of a
+// row this way from one thread, instead of every thread issuing its share of 16-byte copies:
+// in the 16-bit backward those per-thread loops were about a quarter of all instructions.
+__device__ inline unsigned shared_address(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+// A barrier that completes a phase when thread 0 has arrived and every announced byte is in.
+__device__ inline void arrival_barrier_init(uint64_t *barrier)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(shared_address(barrier)) : "memory");
+}
+// Makes the initialised barriers visible to the copy engine (then a __syncthreads for the block).
+__device__ inline void arrival_barriers_published() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+
+// Thread 0, before staging a span: orders the block's earlier ordinary accesses to shared
+// memory (all threads passed a __syncthreads since) before the bulk copies that follow.
+__device__ inline void async_copies_follow() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// Thread 0: `bytes` more are to arrive on the barrier's current phase, by the copy issued next.
+__device__ inline void bulk_copy_to_shared(void *shared, const void *global, unsigned bytes, uint64_t *barrier)
+{
+    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n"
+                 "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%2], [%3], %1, [%0];\n" ::"r"(
+                     shared_address(barrier)),
+                 "r"(bytes), "r"(shared_address(shared)), "l"(global)
+                 : "memory");
+}
+
+// Thread 0, after the span's copies are issued: the phase completes once their bytes are in.
+__device__ inline void arrival_arrive(uint64_t *barrier)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(shared_address(barrier)) : "memory");
+}
+
+// Waits until the barrier's phase of the given parity (0 for its first use, then 1, 0, …) has
+// completed.
+__device__ inline void arrival_wait(uint64_t *barrier, unsigned parity)
+{
+    asm volatile("{\n"
+                 ".reg .pred done;\n"
+                 "WAIT:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra WAIT;\n"
+                 "}\n" ::"r"(shared_address(barrier)),
+                 "r"(parity)
+                 : "memory");
+}
 
 // ---- row kernels (channel-first) ------------------------------------------------------------
 
-// Steps per thread: two 16-byte vectors, so the per-pass work (halos, indices) is spread
-// over 8 (f32) or 16 (16-bit) steps.
-template <typename T> __host__ __device__ constexpr int row_fwd_ept() { return 2 * vec_width<T>(); }
-template <typename T> __host__ __device__ constexpr int row_bwd_ept() { return 2 * vec_width<T>(); }
+// Steps per thread and pass: two 16-byte vectors, 8 (f32) or 16 (16-bit) steps.
+template <typename T> __host__ __device__ constexpr int row_ept() { return 2 * vec_width<T>(); }
 
-// The forward: chunks blocks per row, each making `passes` passes of chunk_len steps. The
-// backward: chunks blocks per channel, each making `passes` passes over that channel's list
-// of B · spans spans of chunk_len steps (row b's spans are items b · spans … b · spans + spans − 1).
+// Both row kernels walk, for each channel, the spans of chunk_len steps of all B rows as one
+// list (row b's spans are items b · spans … b · spans + spans − 1). A block takes `passes`
+// consecutive items of one channel and stages them in shared memory ahead of the one it
+// computes, so loads are in flight all the time, and its weights (and in the backward its
+// dw, dbias partial sums) serve all of them.
 struct row_plan {
-    int64_t chunks; // blocks per row (forward) or per channel (backward)
-    int chunk_len;  // steps one pass of the block covers (threads · EPT)
-    int passes;     // passes per block
-    int64_t spans;  // backward: spans of chunk_len steps per row
-    bool vec_x, vec_y, vec_dx; // rows 16-byte aligned: vector loads and stores allowed
+    int64_t chunks; // blocks per channel
+    int chunk_len;  // steps of one span (threads · EPT)
+    int passes;     // spans per block (the channel's last block may have fewer)
+    int64_t spans;  // spans per row
+    bool vec_x, vec_y, vec_dx; // rows 16-byte aligned: bulk copies and vector stores allowed
 };
 
-// The K−1 steps left of each thread's window, x[t0 − (KB−1)] … x[t0 − 1], mostly taken from
-// the neighbouring lanes' registers (a shuffle instead of a second read); the first lanes of
-// a warp read theirs from memory (or the history). All 32 lanes must call this.
-template <typename T, int KB, int EPT>
-__device__ inline void left_halo(const conv_args &a, const T *x, int64_t b, int64_t c, int64_t t0, const float *body,
-                                 float *halo)
-{
-    const int lane = threadIdx.x % 32;
-#pragma unroll
-    for (int m = 1; m < KB; m++) {
-        const int q = (m + EPT - 1) / EPT; // step t0 − m is in lane − q's window, at EPT·q − m
-        float v = __shfl_up_sync(0xffffffffu, body[EPT * q - m], q);
-        if (lane < q) v = t0 - m >= 0 ? tg_to_float(x[t0 - m]) : history_at<T>(a, b, c, t0 - m);
-        halo[KB - 1 - m] = v;
+template <typename T, int KB> struct row_shape {
+    static constexpr int V = vec_width<T>();
+    static constexpr int EPT = row_ept<T>();
+    static constexpr int HV = (KB - 1 + V - 1) / V; // halo vectors (at least K−1 steps) on a side
+    static constexpr int CH = kBlock * EPT;         // steps per span (at most)
+    static constexpr int XN = CH + 2 * HV * V;       // backward: x over [t0 − HV·V, t0 + CH + HV·V)
+    static constexpr int DN = CH + HV * V;           // backward: dout over [t0, t0 + CH + HV·V)
+};
+
+// One span of a channel's list: row b, steps from index · chunk_len. Walked in order, so
+// the next one is found without a division.
+struct row_span {
+    int b, index; // index: the span within its row (B · spans fits an int: fits_row_grid)
+    __device__ void advance(int spans)
+    {
+        if (++index == spans) index = 0, b++;
     }
+};
+
+// This block's channel and its run of the channel's list: items first … first + count − 1.
+struct row_run {
+    int64_t c, block_in_channel;
+    int first, count;
+};
+
+__device__ inline row_run row_run_of(const conv_args &a, const row_plan &plan)
+{
+    row_run r;
+    r.c = blockIdx.x / plan.chunks;
+    r.block_in_channel = blockIdx.x % plan.chunks;
+    r.first = (int)r.block_in_channel * plan.passes;
+    const int left = (int)(a.B * plan.spans) - r.first;
+    r.count = left < plan.passes ? left : plan.passes;
+    return r;
 }
 
-// The K−1 steps right of each thread's window, v[t0 + EPT] … v[t0 + EPT + KB − 2], from the
-// next lanes (the last lanes of a warp read theirs; 0 past the end of the row).
-template <typename T, int KB, int EPT>
-__device__ inline void right_halo(int64_t L, const T *row, int64_t t0, const float *body, float *halo)
-{
-    const int lane = threadIdx.x % 32;
-#pragma unroll
-    for (int m = 0; m < KB - 1; m++) {
-        const int q = m / EPT + 1; // step t0 + EPT + m is in lane + q's window, at m − EPT·(q − 1)
-        float v = __shfl_down_sync(0xffffffffu, body[m - EPT * (q - 1)], q);
-        const int64_t t = t0 + EPT + m;
-        if (lane >= 32 - q) v = t < L ? tg_to_float(row[t]) : 0.0f;
-        halo[m] = t < L ? v : 0.0f;
-    }
-}
-
-// win[j] = row[t0 + j] for j in [0, N), 0 past the end (vector loads where aligned and inside
-// the row). The row kernels only run on rows with stride 1 along L (or L = 1).
-template <typename T, int N>
-__device__ inline void load_row(const T *row, bool vec_ok, int64_t L, int64_t t0, float *win)
+// Stages v[first, first + count) of row (b, c) into dst (first and count multiples of V).
+// What lies inside the row goes by one bulk copy from thread 0 (counted on `ready`) when the
+// row is aligned; the rest (before step 0: the history when X_HISTORY, else 0; past the end:
+// 0; everything when the row is not aligned) the threads write element by element, visible
+// after the caller's next __syncthreads. The common case, all inside, costs the other
+// threads a few comparisons.
+template <typename T, bool X_HISTORY>
+__device__ inline void stage_span(const conv_args &a, const t3 &v, bool vec_ok, int64_t b, int64_t c, int64_t first,
+                                  int count, T *dst, uint64_t *ready)
 {
     constexpr int V = vec_width<T>();
-    if (vec_ok && t0 + N <= L) {
-#pragma unroll
-        for (int q = 0; q < N / V; q++) {
-            vec<T, V> chunk = *(const vec<T, V> *)(row + t0 + q * V);
-#pragma unroll
-            for (int e = 0; e < V; e++) win[q * V + e] = tg_to_float(chunk.v[e]);
+    const int64_t inside_end = a.L - a.L % V; // whole vectors inside the row end here
+    if (vec_ok && first >= 0 && first + count <= inside_end) {
+        if (threadIdx.x == 0) bulk_copy_to_shared(dst, row_of<T>(v, b, c) + first, count * sizeof(T), ready);
+        return;
+    }
+    int64_t lo = first > 0 ? first : 0, hi = first + count < inside_end ? first + count : inside_end;
+    if (!vec_ok || hi <= lo) lo = hi = first; // no bulk part
+    const T *row = row_of<T>(v, b, c);
+    if (threadIdx.x == 0 && hi > lo)
+        bulk_copy_to_shared(dst + (lo - first), row + lo, (unsigned)((hi - lo) * sizeof(T)), ready);
+    const int before = (int)((lo - first) / V), bulk_end = (int)((hi - first) / V);
+    const int edges = before + count / V - bulk_end; // vectors left to the threads
+    for (int e = threadIdx.x; e < edges; e += blockDim.x) {
+        const int k = e < before ? e : bulk_end + (e - before);
+        for (int j = 0; j < V; j++) {
+            const int64_t u = first + (int64_t)k * V + j;
+            const float value = u >= a.L ? 0.0f : u >= 0 ? tg_to_float(row[u]) : X_HISTORY ? history_at<T>(a, b, c, u) : 0.0f;
+            dst[k * V + j] = tg_from_float<T>(value); // exact: the value came from a T
         }
-    } else {
+    }
+}
+
+// out[j] = src[j] as float for j < N, read as 16-byte vectors (src 16-byte aligned).
+template <typename T, int N> __device__ inline void read_shared(const T *src, float *out)
+{
+    constexpr int V = vec_width<T>();
+    static_assert(N % V == 0, "whole vectors");
 #pragma unroll
-        for (int e = 0; e < N; e++) win[e] = t0 + e < L ? tg_to_float(row[t0 + e]) : 0.0f;
+    for (int q = 0; q < N / V; q++) {
+        uint4 raw = *(const uint4 *)(src + q * V);
+        const T *values = (const T *)&raw;
+#pragma unroll
+        for (int e = 0; e < V; e++) out[q * V + e] = tg_to_float(values[e]);
     }
 }
 
@@ -262,10 +355,94 @@ __device__ inline void store_row(T *row, bool vec_ok, int64_t L, int64_t t0, con
     }
 }
 
-template <typename T, int KB>
-__global__ void __launch_bounds__(kBlock) row_fwd(conv_args a, row_plan plan)
+// Spans a row kernel has staged or in flight at a time: the one being computed and the next
+// two, so a block keeps loads in flight while it waits for a span as well as while it computes.
+constexpr int kStages = 3;
+
+// The pipelined walk both row kernels share: stage(span, buffer) stages one span (its bulk
+// copies counted on ready[buffer]), compute(span, buffer) works on a staged one; setup() runs
+// while the first spans are in flight. Each buffer's barrier completes one phase per use, so
+// a buffer's uses wait for parity 0, 1, 0, …
+template <typename Stage, typename Setup, typename Compute>
+__device__ inline void walk_spans(const row_run &run, const row_plan &plan, uint64_t (&ready)[kStages], Stage stage,
+                                  Setup setup, Compute compute)
 {
-    constexpr int EPT = row_fwd_ept<T>();
+    const int spans = (int)plan.spans;
+    row_span current = {run.first / spans, run.first % spans}, ahead = current;
+    int ahead_buffer = 0, staged = 0;
+    auto stage_ahead = [&] {
+        if (threadIdx.x == 0) async_copies_follow();
+        stage(ahead, ahead_buffer);
+        if (threadIdx.x == 0) arrival_arrive(&ready[ahead_buffer]);
+        ahead.advance(spans);
+        ahead_buffer = ahead_buffer + 1 == kStages ? 0 : ahead_buffer + 1;
+        staged++;
+    };
+    if (threadIdx.x == 0) { // only thread 0 touches the barriers before the __syncthreads below
+        for (int i = 0; i < kStages; i++) arrival_barrier_init(&ready[i]);
+        arrival_barriers_published();
+    }
+    while (staged < kStages - 1 && staged < run.count) stage_ahead();
+    setup();
+    __syncthreads(); // the barriers and the first spans' edge elements, for every thread
+    int buffer = 0;
+    unsigned parity = 0;
+    for (int pass = 0; pass < run.count; pass++) {
+        if (staged < run.count) stage_ahead(); // into the buffer computed last pass
+        arrival_wait(&ready[buffer], parity);
+        compute(current, buffer);
+        current.advance(spans);
+        if (++buffer == kStages) buffer = 0, parity ^= 1;
+        if (pass + 1 < run.count) __syncthreads(); // before this buffer is staged again; edges written
+    }
+}
+
+// The forward in registers, for f32 and for short rows: each thread loads its EPT steps
+// straight into registers and takes the K − 1 before them from the neighbouring lane by a
+// shuffle. It has no shared memory and no barriers, and measured faster than the staged
+// forward below except on long 16-bit rows (bench/NOTES.md, v10). chunks blocks per (b, c)
+// row, each making up to `passes` passes of chunk_len steps.
+// The K−1 steps left of each thread's window, x[t0 − (KB−1)] … x[t0 − 1], mostly taken from
+// the neighbouring lanes' registers (a shuffle instead of a second read); the first lanes of
+// a warp read theirs from memory (or the history). All 32 lanes must call this.
+template <typename T, int KB, int EPT>
+__device__ inline void left_halo(const conv_args &a, const T *x, int64_t b, int64_t c, int64_t t0, const float *body,
+                                 float *halo)
+{
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int m = 1; m < KB; m++) {
+        const int q = (m + EPT - 1) / EPT; // step t0 − m is in lane − q's window, at EPT·q − m
+        float v = __shfl_up_sync(0xffffffffu, body[EPT * q - m], q);
+        if (lane < q) v = t0 - m >= 0 ? tg_to_float(x[t0 - m]) : history_at<T>(a, b, c, t0 - m);
+        halo[KB - 1 - m] = v;
+    }
+}
+
+
+// win[j] = row[t0 + j] for j in [0, N), 0 past the end (vector loads where aligned and inside
+// the row). The row kernels only run on rows with stride 1 along L (or L = 1).
+template <typename T, int N>
+__device__ inline void load_row(const T *row, bool vec_ok, int64_t L, int64_t t0, float *win)
+{
+    constexpr int V = vec_width<T>();
+    if (vec_ok && t0 + N <= L) {
+#pragma unroll
+        for (int q = 0; q < N / V; q++) {
+            vec<T, V> chunk = *(const vec<T, V> *)(row + t0 + q * V);
+#pragma unroll
+            for (int e = 0; e < V; e++) win[q * V + e] = tg_to_float(chunk.v[e]);
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < N; e++) win[e] = t0 + e < L ? tg_to_float(row[t0 + e]) : 0.0f;
+    }
+}
+
+template <typename T, int KB>
+__global__ void __launch_bounds__(kBlock) row_fwd_direct(conv_args a, row_plan plan)
+{
+    constexpr int EPT = row_ept<T>();
     const int64_t row = blockIdx.x / plan.chunks, chunk = blockIdx.x % plan.chunks;
     const int64_t b = row / a.C, c = row % a.C;
     const T *x = row_of<T>(a.x, b, c);
@@ -292,6 +469,45 @@ __global__ void __launch_bounds__(kBlock) row_fwd(conv_args a, row_plan plan)
     }
 }
 
+// The staged forward, for long 16-bit rows: the spans of each channel's list staged by bulk
+// copies, three in flight (walk_spans). At K = 8 its shared-memory halo beats the direct
+// forward's seven shuffles and first-lane loads per pass (93% of copy bandwidth against 73%).
+template <typename T, int KB>
+__global__ void __launch_bounds__(kBlock) row_fwd_staged(conv_args a, row_plan plan)
+{
+    using S = row_shape<T, KB>;
+    constexpr int EPT = S::EPT, V = S::V, HV = S::HV;
+    constexpr int XN = S::CH + HV * V; // x over [t0 − HV·V, t0 + CH)
+    __shared__ alignas(16) T xs[kStages][XN];
+    __shared__ uint64_t ready[kStages];
+    const row_run run = row_run_of(a, plan);
+    const int64_t c = run.c;
+    const int ch = plan.chunk_len;
+    auto stage = [&](row_span span, int buf) {
+        const int64_t first = (int64_t)span.index * ch - HV * V;
+        stage_span<T, true>(a, a.x, plan.vec_x, span.b, c, first, ch + HV * V, xs[buf], &ready[buf]);
+    };
+    float wl[KB];
+    float bias = 0.0f;
+    auto compute = [&](row_span span, int buf) {
+        const int64_t t0 = (int64_t)span.index * ch + (int64_t)threadIdx.x * EPT;
+        if (t0 >= a.L) return;
+        float xv[EPT + HV * V]; // x from t0 − HV·V
+        read_shared<T, EPT + HV * V>(xs[buf] + threadIdx.x * EPT, xv);
+        const float *xw = xv + HV * V - (KB - 1); // xw[KB − 1 + e − i] = x[t0 + e − i]
+        float out[EPT];
+#pragma unroll
+        for (int e = 0; e < EPT; e++) {
+            float z = bias;
+#pragma unroll
+            for (int i = 0; i < KB; i++) z += wl[i] * xw[KB - 1 + e - i];
+            out[e] = activate(z, a.silu);
+        }
+        store_row<T, EPT>(row_of<T>(a.y, span.b, c), plan.vec_y, a.L, t0, out);
+    };
+    walk_spans(run, plan, ready, stage, [&] { bias = load_taps<T, KB>(a, c, wl); }, compute);
+}
+
 // Sums each of the block's N partials over its threads (fixed shuffle tree, then warps in
 // order) and writes them to the workspace.
 template <int N>
@@ -314,143 +530,77 @@ __device__ inline void block_partials_to_workspace(float (&partial)[N], float *w
     }
 }
 
-// The backward's pass over a chunk of CH = blockDim·EPT steps of one row, staged in shared
-// memory: x over [t0 − HV·V, t0 + CH + HV·V) and dout over [t0, t0 + CH + HV·V), HV whole
-// vectors of halo (at least K−1 steps). cp.async copies them without registers, and the
-// next pass's copies are issued before this pass is computed (double buffering), so loads
-// are in flight all the time without a high occupancy. The edges (history before step 0,
-// zeros past the end, unaligned rows) are written element by element.
-template <typename T, bool X_HISTORY>
-__device__ inline void stage_row(const conv_args &a, const T *row, bool vec_ok, int64_t b, int64_t c, int64_t first,
-                                 int vectors, T *dst)
-{
-    constexpr int V = vec_width<T>();
-    if (vec_ok && first >= 0 && first + (int64_t)vectors * V <= a.L) { // the whole span inside the row
-        const T *src = row + first;
-        for (int k = threadIdx.x; k < vectors; k += blockDim.x) copy16_async(dst + k * V, src + k * V);
-        return;
-    }
-    for (int k = threadIdx.x; k < vectors; k += blockDim.x) {
-        const int64_t t = first + (int64_t)k * V;
-        if (vec_ok && t >= 0 && t + V <= a.L) {
-            copy16_async(dst + k * V, row + t);
-            continue;
-        }
-        for (int e = 0; e < V; e++) {
-            const int64_t u = t + e;
-            const float value = u >= a.L ? 0.0f : u >= 0 ? tg_to_float(row[u]) : X_HISTORY ? history_at<T>(a, b, c, u) : 0.0f;
-            dst[k * V + e] = tg_from_float<T>(value); // exact: the value came from a T
-        }
-    }
-}
-
-// out[j] = src[j] as float for j < N, read as 16-byte vectors (src 16-byte aligned).
-template <typename T, int N> __device__ inline void read_shared(const T *src, float *out)
-{
-    constexpr int V = vec_width<T>();
-    static_assert(N % V == 0, "whole vectors");
-#pragma unroll
-    for (int q = 0; q < N / V; q++) {
-        uint4 raw = *(const uint4 *)(src + q * V);
-        const T *values = (const T *)&raw;
-#pragma unroll
-        for (int e = 0; e < V; e++) out[q * V + e] = tg_to_float(values[e]);
-    }
-}
-
-template <typename T, int KB> struct row_bwd_shape {
-    static constexpr int V = vec_width<T>();
-    static constexpr int EPT = row_bwd_ept<T>();
-    static constexpr int HV = (KB - 1 + V - 1) / V;   // halo vectors on each side
-    static constexpr int CH = kBlock * EPT;           // steps per pass (at most)
-    static constexpr int XN = CH + 2 * HV * V;         // x elements staged
-    static constexpr int DN = CH + HV * V;             // dout elements staged
-};
-
-// One span of the backward's list: row b, steps from base. Walked in order, so the next
-// one is found without a division.
-struct row_span {
-    int b, index; // index: the span within its row (B · spans fits an int: fits_row_bwd_grid)
-    __device__ void advance(int spans)
-    {
-        if (++index == spans) index = 0, b++;
-    }
-};
-
+// The backward stages x over [t0 − HV·V, t0 + CH + HV·V) and dout over [t0, t0 + CH + HV·V)
+// of each span; each thread rebuilds z and g for its EPT steps and the K − 1 after them.
 template <typename T, int KB>
 __global__ void __launch_bounds__(kBlock) row_bwd(conv_args a, row_plan plan, float *ws)
 {
-    using S = row_bwd_shape<T, KB>;
+    using S = row_shape<T, KB>;
     constexpr int EPT = S::EPT, V = S::V, HV = S::HV;
-    __shared__ alignas(16) T xs[2][S::XN];
-    __shared__ alignas(16) T ds[2][S::DN];
-    // This block: channel c, passes over the spans first … first + items − 1 of its list.
-    const int64_t c = blockIdx.x / plan.chunks, block_in_channel = blockIdx.x % plan.chunks;
-    const int first = (int)block_in_channel * plan.passes, spans = (int)plan.spans;
-    const int items = (int)a.B * spans - first < plan.passes ? (int)a.B * spans - first : plan.passes;
-    const int ch = plan.chunk_len; // blockDim.x · EPT
-    float wl[KB];
-    const float bias = load_taps<T, KB>(a, c, wl);
-    // The last K−1 steps also get the final states' gradient: dfinal[j] is x[L − (K−1) + j]'s.
-    const int64_t final_from = a.dfinal.p ? a.L - (a.K - 1) : a.L;
-    float partial[KB + 1]; // dwl[0 … KB−1], dbias: sums over every span of the channel
-#pragma unroll
-    for (int i = 0; i <= KB; i++) partial[i] = 0.0f;
+    __shared__ alignas(16) T xs[kStages][S::XN];
+    __shared__ alignas(16) T ds[kStages][S::DN];
+    __shared__ uint64_t ready[kStages];
+    const row_run run = row_run_of(a, plan);
+    const int64_t c = run.c;
+    const int ch = plan.chunk_len;
     auto stage = [&](row_span span, int buf) {
         const int64_t base = (int64_t)span.index * ch;
-        stage_row<T, true>(a, row_of<T>(a.x, span.b, c), plan.vec_x, span.b, c, base - HV * V, ch / V + 2 * HV, xs[buf]);
-        stage_row<T, false>(a, row_of<T>(a.y, span.b, c), plan.vec_y, span.b, c, base, ch / V + HV, ds[buf]);
+        stage_span<T, true>(a, a.x, plan.vec_x, span.b, c, base - HV * V, ch + 2 * HV * V, xs[buf], &ready[buf]);
+        stage_span<T, false>(a, a.y, plan.vec_y, span.b, c, base, ch + HV * V, ds[buf], &ready[buf]);
     };
-    row_span span = {first / spans, first % spans}, next = span;
-    stage(span, 0);
-    copies_commit();
-    for (int pass = 0; pass < items; pass++) {
-        const int buf = pass & 1;
-        next.advance(spans);
-        if (pass + 1 < items) stage(next, buf ^ 1); // in flight while this pass computes
-        copies_commit();
-        copies_wait_all_but_last();
-        __syncthreads();
+    float wl[KB]; // taps and bias scaled by −log2 e (scaled_activation_slope)
+    float bias = 0.0f;
+    // The last K−1 steps also get the final states' gradient: dfinal[j] is x[L − (K−1) + j]'s.
+    const int64_t final_from = a.dfinal.p ? a.L - (a.K - 1) : a.L;
+    float partial[KB + 1]; // dwl[0 … KB−1], dbias, times −ln 2: sums over every span of the block
+#pragma unroll
+    for (int i = 0; i <= KB; i++) partial[i] = 0.0f;
+    auto compute = [&](row_span span, int buf) {
         const int64_t b = span.b, t0 = (int64_t)span.index * ch + (int64_t)threadIdx.x * EPT;
-        if (t0 < a.L) {
-            // x over [t0 − HV·V, t0 + EPT + HV·V), of which xw = [t0 − (KB−1), t0 + EPT + KB − 1)
-            float xv[EPT + 2 * HV * V];
-            float g[EPT + HV * V]; // dout, then g, from t0; 0 past the end
-            read_shared<T, EPT + 2 * HV * V>(xs[buf] + threadIdx.x * EPT, xv);
-            read_shared<T, EPT + HV * V>(ds[buf] + threadIdx.x * EPT, g);
-            const float *xw = xv + HV * V - (KB - 1);
+        if (t0 >= a.L) return;
+        // x over [t0 − HV·V, t0 + EPT + HV·V), of which xw = [t0 − (KB−1), t0 + EPT + KB − 1)
+        float xv[EPT + 2 * HV * V];
+        float g[EPT + HV * V]; // dout, then g, from t0; 0 past the end
+        read_shared<T, EPT + 2 * HV * V>(xs[buf] + threadIdx.x * EPT, xv);
+        read_shared<T, EPT + HV * V>(ds[buf] + threadIdx.x * EPT, g);
+        const float *xw = xv + HV * V - (KB - 1);
 #pragma unroll
-            for (int j = 0; j < EPT + KB - 1; j++) { // g = dout · act'(z), z rebuilt from x
-                float z = bias;
+        for (int j = 0; j < EPT + KB - 1; j++) { // g·(−ln 2) = dout · act'(z)·(−ln 2), z rebuilt from x
+            float zs = bias;
 #pragma unroll
-                for (int i = 0; i < KB; i++) z += wl[i] * xw[KB - 1 + j - i];
-                g[j] *= activation_slope(z, a.silu);
-            }
-            // Steps past the end have g = 0, so they add nothing to the partials: no bounds test.
-            float dx[EPT];
+            for (int i = 0; i < KB; i++) zs += wl[i] * xw[KB - 1 + j - i];
+            g[j] *= scaled_activation_slope(zs, a.silu);
+        }
+        // Steps past the end have g = 0, so they add nothing to the partials: no bounds test.
+        float dx[EPT];
+#pragma unroll
+        for (int e = 0; e < EPT; e++) {
+            float d = 0.0f;
+#pragma unroll
+            for (int i = 0; i < KB; i++) d += wl[i] * g[e + i];
+            dx[e] = d;
+            partial[KB] += g[e];
+#pragma unroll
+            for (int i = 0; i < KB; i++) partial[i] += g[e] * xw[KB - 1 + e - i];
+        }
+        if (t0 + EPT > final_from) { // only the threads holding the last K−1 steps
 #pragma unroll
             for (int e = 0; e < EPT; e++) {
-                float d = 0.0f;
-#pragma unroll
-                for (int i = 0; i < KB; i++) d += wl[i] * g[e + i];
-                dx[e] = d;
-                partial[KB] += g[e];
-#pragma unroll
-                for (int i = 0; i < KB; i++) partial[i] += g[e] * xw[KB - 1 + e - i];
+                const int64_t s = t0 + e;
+                if (s >= final_from && s < a.L) dx[e] += ld<T>(a.dfinal, b, c, s - final_from);
             }
-            if (t0 + EPT > final_from) { // only the threads holding the last K−1 steps
-#pragma unroll
-                for (int e = 0; e < EPT; e++) {
-                    const int64_t s = t0 + e;
-                    if (s >= final_from && s < a.L) dx[e] += ld<T>(a.dfinal, b, c, s - final_from);
-                }
-            }
-            store_row<T, EPT>(row_of<T>(a.dx, b, c), plan.vec_dx, a.L, t0, dx);
         }
-        span = next;
-        __syncthreads(); // this buffer is staged again two passes on
-    }
-    block_partials_to_workspace<KB + 1>(partial, ws, plan.chunks, block_in_channel, c);
+        store_row<T, EPT>(row_of<T>(a.dx, b, c), plan.vec_dx, a.L, t0, dx);
+    };
+    auto setup = [&] {
+        bias = -kLog2e * load_taps<T, KB>(a, c, wl);
+#pragma unroll
+        for (int i = 0; i < KB; i++) wl[i] *= -kLog2e;
+    };
+    walk_spans(run, plan, ready, stage, setup, compute);
+#pragma unroll
+    for (int i = 0; i <= KB; i++) partial[i] *= -kLog2e;
+    block_partials_to_workspace<KB + 1>(partial, ws, plan.chunks, run.block_in_channel, c);
 }
 
 // ---- tile kernels (channel-last or any strides) ---------------------------------------------------
@@ -803,46 +953,53 @@ bool channels_vectorisable(const tg_tensor *t, int cpt)
     return t->strides[1] == 1 && address % bytes == 0 && t->strides[0] % cpt == 0 && t->strides[2] % cpt == 0;
 }
 
-// The forward's plan. Long rows: a block makes several passes, so its weights and setup
-// serve more steps; at least min_chunks blocks per row, up to max_passes passes each (the
-// forward takes 4 and 4). Also the block size and span of the backward's plan (below).
-template <typename T, int EPT>
-row_plan make_row_plan(const conv_args &a, const tg_tensor *x, const tg_tensor *y, const tg_tensor *dx,
-                       int min_chunks, int max_passes)
+// Rows from this length on take the staged forward in 16-bit storage (measured: faster at
+// L = 16384, slower at 1024 and 2048).
+constexpr int64_t kStagedForwardMinL = 8192;
+
+// Threads per block of the row kernels: kBlock, or fewer (whole warps) for a short row.
+template <typename T> int row_threads(int64_t L)
+{
+    const int64_t threads = (L + row_ept<T>() - 1) / row_ept<T>();
+    return threads >= kBlock ? kBlock : (int)((threads + 31) / 32 * 32);
+}
+
+// The direct forward's plan: chunk_len = threads · EPT steps per pass, at least 4 blocks per
+// (b, c) row, up to 4 passes each (chunks is then blocks per row, spans unused).
+template <typename T>
+row_plan make_row_fwd_direct_plan(const conv_args &a, const tg_tensor *x, const tg_tensor *y, int threads)
+{
+    constexpr int kMinChunks = 4, kMaxPasses = 4;
+    row_plan plan = {};
+    plan.chunk_len = threads * row_ept<T>();
+    const int64_t spans = (a.L + plan.chunk_len - 1) / plan.chunk_len;
+    const int64_t passes = spans / kMinChunks;
+    plan.passes = (int)(passes < 1 ? 1 : passes > kMaxPasses ? kMaxPasses : passes);
+    plan.chunks = (spans + plan.passes - 1) / plan.passes;
+    plan.vec_x = rows_aligned(x, vec_width<T>());
+    plan.vec_y = rows_aligned(y, vec_width<T>());
+    return plan;
+}
+
+// The staged kernels' plan (struct row_plan): up to 8 spans per block. Fewer, longer blocks
+// measured faster than a grid of more waves on the short sizes (8×1536×2048, 32×768×1024):
+// a block's setup and first loads, not the partly idle last wave, dominate there.
+template <typename T>
+row_plan make_row_plan(const conv_args &a, const tg_tensor *x, const tg_tensor *y, const tg_tensor *dx, int threads)
 {
     constexpr int V = vec_width<T>();
-    int64_t threads = (a.L + EPT - 1) / EPT;
-    int block = threads >= kBlock ? kBlock : (int)((threads + 31) / 32 * 32);
+    constexpr int kMaxPasses = 8;
     row_plan plan = {};
-    plan.chunk_len = block * EPT;
-    int64_t spans = (a.L + plan.chunk_len - 1) / plan.chunk_len;
-    const int64_t passes = spans / min_chunks;
-    plan.passes = (int)(passes < 1 ? 1 : passes > max_passes ? max_passes : passes);
-    plan.chunks = (spans + plan.passes - 1) / plan.passes;
+    plan.chunk_len = threads * row_ept<T>();
+    plan.spans = (a.L + plan.chunk_len - 1) / plan.chunk_len;
+    const int64_t items = a.B * plan.spans; // per channel
+    plan.passes = (int)(items < kMaxPasses ? items : kMaxPasses);
+    plan.chunks = (items + plan.passes - 1) / plan.passes;
     plan.vec_x = rows_aligned(x, V);
     plan.vec_y = rows_aligned(y, V);
     plan.vec_dx = rows_aligned(dx, V);
     return plan;
 }
-
-// The backward walks, for each channel, the spans of all B rows as one list (row after
-// row) and gives each block up to 8 consecutive spans, double-buffered: a long row's spans
-// overlap one another's loads, and short rows (one span each) overlap the next row's loads
-// with this one's work. All of a block's spans share the channel, so its
-// weights and its dw, dbias partial sums serve them all.
-template <typename T>
-row_plan make_row_bwd_plan(const conv_args &a, const tg_tensor *x, const tg_tensor *y, const tg_tensor *dx)
-{
-    constexpr int kMaxPasses = 8;
-    row_plan plan = make_row_plan<T, row_bwd_ept<T>()>(a, x, y, dx, 1, 1);
-    plan.spans = (a.L + plan.chunk_len - 1) / plan.chunk_len;
-    const int64_t items = a.B * plan.spans;
-    plan.passes = (int)(items < kMaxPasses ? items : kMaxPasses);
-    plan.chunks = (items + plan.passes - 1) / plan.passes;
-    return plan;
-}
-
-int row_block(const row_plan &plan, int ept) { return plan.chunk_len / ept; }
 
 // Tiles of kTileT steps; a block walks several of them (its weights and setup then serve more
 // steps, and the backward leaves fewer partials to sum), as long as the grid keeps about
@@ -884,8 +1041,7 @@ bool fits_tile_grid(const conv_args &a, const tile_plan &plan)
     return plan.time_blocks <= INT32_MAX && plan.channel_blocks <= 65535 && a.B <= 65535;
 }
 
-bool fits_row_grid(const conv_args &a, const row_plan &plan) { return a.B * a.C * plan.chunks <= INT32_MAX; }
-bool fits_row_bwd_grid(const conv_args &a, const row_plan &plan)
+bool fits_row_grid(const conv_args &a, const row_plan &plan)
 {
     return a.C * plan.chunks <= INT32_MAX && a.B * plan.spans <= INT32_MAX;
 }
@@ -925,9 +1081,18 @@ tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *fina
 {
     conv_args a = make_args(in, out, NULL, NULL);
     if (time_contiguous(in->x) && time_contiguous(out)) {
-        row_plan plan = make_row_plan<T, row_fwd_ept<T>()>(a, in->x, out, NULL, 4, 4);
-        if (!fits_row_grid(a, plan)) return too_large(a);
-        row_fwd<T, KB><<<(unsigned)(a.B * a.C * plan.chunks), row_block(plan, row_fwd_ept<T>())>>>(a, plan);
+        const int threads = row_threads<T>(a.L);
+        bool staged = false;
+        if constexpr (sizeof(T) == 2) staged = a.L >= kStagedForwardMinL;
+        if (staged) {
+            row_plan plan = make_row_plan<T>(a, in->x, out, NULL, threads);
+            if (!fits_row_grid(a, plan)) return too_large(a);
+            if constexpr (sizeof(T) == 2) row_fwd_staged<T, KB><<<(unsigned)(a.C * plan.chunks), threads>>>(a, plan);
+        } else {
+            row_plan plan = make_row_fwd_direct_plan<T>(a, in->x, out, threads);
+            if (a.B * a.C * plan.chunks > INT32_MAX) return too_large(a);
+            row_fwd_direct<T, KB><<<(unsigned)(a.B * a.C * plan.chunks), threads>>>(a, plan);
+        }
     } else {
         tile_plan plan = make_tile_plan<T>(a, in->x, NULL, out);
         if (!fits_tile_grid(a, plan)) return too_large(a);
@@ -948,12 +1113,13 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
     conv_args a = make_args(in, dout, dx, dfinal);
     const bool rows = time_contiguous(in->x) && time_contiguous(dout) && time_contiguous(dx);
     int64_t parts;
+    const int threads = row_threads<T>(a.L);
     row_plan rplan = {};
     tile_plan tplan = {};
     if (rows) {
-        rplan = make_row_bwd_plan<T>(a, in->x, dout, dx);
+        rplan = make_row_plan<T>(a, in->x, dout, dx, threads);
         parts = rplan.chunks;
-        if (!fits_row_bwd_grid(a, rplan)) return too_large(a);
+        if (!fits_row_grid(a, rplan)) return too_large(a);
     } else {
         tplan = make_tile_plan<T>(a, in->x, dout, dx);
         parts = a.B * tplan.time_blocks;
@@ -964,7 +1130,7 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
     tg_status status = tg_device_alloc(TG_DEVICE_CUDA, ws_bytes, (void **)&ws);
     if (status != TG_OK) return status;
     if (rows)
-        row_bwd<T, KB><<<(unsigned)(a.C * rplan.chunks), row_block(rplan, row_bwd_ept<T>())>>>(a, rplan, ws);
+        row_bwd<T, KB><<<(unsigned)(a.C * rplan.chunks), threads>>>(a, rplan, ws);
     else
         tile_bwd<T, KB><<<tile_grid(a, tplan), kBlock>>>(a, tplan, ws);
     status = tg_cuda_check_launch("tg_causal_conv1d backward");
