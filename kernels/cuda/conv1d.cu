@@ -169,6 +169,14 @@ __device__ inline void copies_wait_all() { asm volatile("cp.async.wait_all;\n" :
 // bytes that arrived on an mbarrier in shared memory. The row kernels stage each span of a
 // row this way from one thread, instead of every thread issuing its share of 16-byte copies:
 // in the 16-bit backward those per-thread loops were about a quarter of all instructions.
+// Bulk copies, and the barrier forms that go with them, are Hopper's (sm_90): built for an
+// older GPU, the threads stage every vector themselves (the same results, slower).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define TG_BULK_COPY 0
+#else
+#define TG_BULK_COPY 1
+#endif
+
 __device__ inline unsigned shared_address(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
 
 // A barrier that completes a phase when thread 0 has arrived and every announced byte is in.
@@ -177,26 +185,42 @@ __device__ inline void arrival_barrier_init(uint64_t *barrier)
     asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(shared_address(barrier)) : "memory");
 }
 // Makes the initialised barriers visible to the copy engine (then a __syncthreads for the block).
-__device__ inline void arrival_barriers_published() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+__device__ inline void arrival_barriers_published()
+{
+#if TG_BULK_COPY
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
 
 // Thread 0, before staging a span: orders the block's earlier ordinary accesses to shared
 // memory (all threads passed a __syncthreads since) before the bulk copies that follow.
-__device__ inline void async_copies_follow() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ inline void async_copies_follow()
+{
+#if TG_BULK_COPY
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
 
 // Thread 0: `bytes` more are to arrive on the barrier's current phase, by the copy issued next.
 __device__ inline void bulk_copy_to_shared(void *shared, const void *global, unsigned bytes, uint64_t *barrier)
 {
+#if TG_BULK_COPY
     asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n"
                  "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%2], [%3], %1, [%0];\n" ::"r"(
                      shared_address(barrier)),
                  "r"(bytes), "r"(shared_address(shared)), "l"(global)
                  : "memory");
+#endif
 }
 
 // Thread 0, after the span's copies are issued: the phase completes once their bytes are in.
 __device__ inline void arrival_arrive(uint64_t *barrier)
 {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(shared_address(barrier)) : "memory");
+    asm volatile("{\n"
+                 ".reg .b64 state;\n" // the phase the arrival was counted in: not needed
+                 "mbarrier.arrive.shared.b64 state, [%0];\n"
+                 "}\n" ::"r"(shared_address(barrier))
+                 : "memory");
 }
 
 // Waits until the barrier's phase of the given parity (0 for its first use, then 1, 0, …) has
@@ -206,7 +230,11 @@ __device__ inline void arrival_wait(uint64_t *barrier, unsigned parity)
     asm volatile("{\n"
                  ".reg .pred done;\n"
                  "WAIT:\n"
+#if TG_BULK_COPY
                  "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+#else
+                 "mbarrier.test_wait.parity.shared.b64 done, [%0], %1;\n"
+#endif
                  "@!done bra WAIT;\n"
                  "}\n" ::"r"(shared_address(barrier)),
                  "r"(parity)
@@ -279,12 +307,12 @@ __device__ inline void stage_span(const conv_args &a, const t3 &v, bool vec_ok, 
 {
     constexpr int V = vec_width<T>();
     const int64_t inside_end = a.L - a.L % V; // whole vectors inside the row end here
-    if (vec_ok && first >= 0 && first + count <= inside_end) {
+    if (TG_BULK_COPY && vec_ok && first >= 0 && first + count <= inside_end) {
         if (threadIdx.x == 0) bulk_copy_to_shared(dst, row_of<T>(v, b, c) + first, count * sizeof(T), ready);
         return;
     }
     int64_t lo = first > 0 ? first : 0, hi = first + count < inside_end ? first + count : inside_end;
-    if (!vec_ok || hi <= lo) lo = hi = first; // no bulk part
+    if (!TG_BULK_COPY || !vec_ok || hi <= lo) lo = hi = first; // no bulk part
     const T *row = row_of<T>(v, b, c);
     if (threadIdx.x == 0 && hi > lo)
         bulk_copy_to_shared(dst + (lo - first), row + lo, (unsigned)((hi - lo) * sizeof(T)), ready);
