@@ -425,6 +425,20 @@ __device__ inline void walk_spans(const row_run &run, const row_plan &plan, uint
     }
 }
 
+// The forward's maths for EPT steps: out[e] = act(bias + Σ_i wl[i]·xw[KB − 1 + e − i]), where
+// xw starts KB − 1 steps before the first output step.
+template <int KB, int EPT>
+__device__ inline void forward_window(const float (&wl)[KB], float bias, const float *xw, bool silu, float (&out)[EPT])
+{
+#pragma unroll
+    for (int e = 0; e < EPT; e++) {
+        float z = bias;
+#pragma unroll
+        for (int i = 0; i < KB; i++) z += wl[i] * xw[KB - 1 + e - i];
+        out[e] = activate(z, silu);
+    }
+}
+
 // The forward in registers, for f32 and for short rows: each thread loads its EPT steps
 // straight into registers and takes the K − 1 before them from the neighbouring lane by a
 // shuffle. It has no shared memory and no barriers, and measured faster than the staged
@@ -486,13 +500,7 @@ __global__ void __launch_bounds__(kBlock) row_fwd_direct(conv_args a, row_plan p
         left_halo<T, KB, EPT>(a, x, b, c, t0, win + KB - 1, win);
         if (t0 >= a.L) continue;
         float out[EPT];
-#pragma unroll
-        for (int e = 0; e < EPT; e++) {
-            float z = bias;
-#pragma unroll
-            for (int i = 0; i < KB; i++) z += wl[i] * win[KB - 1 + e - i];
-            out[e] = activate(z, a.silu);
-        }
+        forward_window<KB, EPT>(wl, bias, win, a.silu, out);
         store_row<T, EPT>(y, plan.vec_y, a.L, t0, out);
     }
 }
@@ -524,13 +532,7 @@ __global__ void __launch_bounds__(kBlock) row_fwd_staged(conv_args a, row_plan p
         read_shared<T, EPT + HV * V>(xs[buf] + threadIdx.x * EPT, xv);
         const float *xw = xv + HV * V - (KB - 1); // xw[KB − 1 + e − i] = x[t0 + e − i]
         float out[EPT];
-#pragma unroll
-        for (int e = 0; e < EPT; e++) {
-            float z = bias;
-#pragma unroll
-            for (int i = 0; i < KB; i++) z += wl[i] * xw[KB - 1 + e - i];
-            out[e] = activate(z, a.silu);
-        }
+        forward_window<KB, EPT>(wl, bias, xw, a.silu, out);
         store_row<T, EPT>(row_of<T>(a.y, span.b, c), plan.vec_y, a.L, t0, out);
     };
     walk_spans(run, plan, ready, stage, [&] { bias = load_taps<T, KB>(a, c, wl); }, compute);
