@@ -132,17 +132,25 @@ __device__ inline float activation_slope(float z, bool silu)
 // at the end. With s' = −σ·ln 2 = 1 / ((1 + 2^zs)·(−1/ln 2)):
 //   act'(z)·(−ln 2) = s'·(1 + z·(1 − σ)) = s'·(1 − zs·(s' + ln 2)).
 constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
-__device__ inline float scaled_activation_slope(float zs, bool silu)
+// SILU is a template parameter of the backward kernels: a select per step (and, without SiLU,
+// rebuilding z at all) is a measurable share of their instructions.
+template <bool SILU> __device__ inline float scaled_activation_slope(float zs)
 {
+    if constexpr (!SILU) return -kLn2;
     float e, s;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(zs));
     asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(s) : "f"(fmaf(e, -kLog2e, -kLog2e)));
-    return silu ? s * fmaf(-zs, s + kLn2, 1.0f) : -kLn2;
+    return s * fmaf(-zs, s + kLn2, 1.0f);
 }
 
-template <typename T, int N> struct alignas(sizeof(T) * N) vec {
-    T v[N];
-};
+// The channel's taps (as load_taps) and bias, scaled by −log2 e for scaled_activation_slope.
+template <typename T, int KB> __device__ inline float load_scaled_taps(const conv_args &a, int64_t c, float (&wl)[KB])
+{
+    const float bias = load_taps<T, KB>(a, c, wl);
+#pragma unroll
+    for (int i = 0; i < KB; i++) wl[i] *= -kLog2e;
+    return -kLog2e * bias;
+}
 
 template <typename T> __host__ __device__ constexpr int vec_width() { return 16 / (int)sizeof(T); }
 
@@ -161,6 +169,32 @@ __device__ inline void copy16_async(void *shared, const void *global)
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(global));
 }
 __device__ inline void copies_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
+// Closes the group of this thread's cp.async copies issued since the last one.
+__device__ inline void copies_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N> __device__ inline void copies_wait_groups() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// The backward's small follow-up kernels (the dw/dbias sum, the history's gradient) are
+// launched with Hopper's programmatic dependent launch (launch_overlapped): they may be
+// scheduled while the main backward kernel finishes, which hides the few microseconds
+// between two kernels (a real share at the short benchmark sizes, where a pass takes
+// 25–60 µs). The main kernel allows it from its start (next_kernel_may_start); the follow-up
+// touches no global memory before after_previous_kernels, which returns once the kernels
+// before it have finished and their writes are visible (at once without the attribute).
+// The main kernels themselves are launched plainly: a wait at the start of every block
+// measured slower (the short-row forward's blocks live a few microseconds each).
+__device__ inline void next_kernel_may_start()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ inline void after_previous_kernels()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
 
 // ---- bulk copies into shared memory ---------------------------------------------------------
 
@@ -257,16 +291,31 @@ struct row_plan {
     int passes;     // spans per block (the channel's last block may have fewer)
     int64_t spans;  // spans per row
     bool vec_x, vec_y, vec_dx; // rows 16-byte aligned: bulk copies and vector stores allowed
+    // Spans inner_first … inner_last of every row have all they stage (halos included) inside
+    // whole vectors of aligned rows: each is one bulk copy per tensor, with no edges to write.
+    // This saves the other threads the edge arithmetic of stage_span.
+    int inner_first, inner_last;
+    __device__ bool is_inner(int index) const { return TG_BULK_COPY && index >= inner_first && index <= inner_last; }
 };
+
+// Spans a row kernel has staged or in flight at a time: the one being computed and the next
+// two, so a block keeps loads in flight while it waits for a span as well as while it computes.
+constexpr int kStages = 3;
 
 template <typename T, int KB> struct row_shape {
     static constexpr int V = vec_width<T>();
     static constexpr int EPT = row_ept<T>();
     static constexpr int HV = (KB - 1 + V - 1) / V; // halo vectors (at least K−1 steps) on a side
-    static constexpr int CH = kBlock * EPT;         // steps per span (at most)
-    static constexpr int XN = CH + 2 * HV * V;       // backward: x over [t0 − HV·V, t0 + CH + HV·V)
-    static constexpr int DN = CH + HV * V;           // backward: dout over [t0, t0 + CH + HV·V)
+    static constexpr int H = HV * V;                 // halo steps on a side
+    // Shared memory of the staged backward for spans of ch steps: x over [t0 − H, t0 + ch + H)
+    // and dout over [t0, t0 + ch + H), kStages of each.
+    static size_t backward_bytes(int ch) { return kStages * (size_t)(2 * ch + 3 * H) * sizeof(T); }
 };
+
+// The backward's staged spans, in dynamic shared memory sized to the plan's spans (row_shape):
+// short rows take blocks of fewer threads, and buffers sized for kBlock threads would cap how
+// many of those blocks an SM holds (at L = 1024, 9 blocks of 64 threads instead of 16).
+extern __shared__ uint4 row_stage_memory[];
 
 // One span of a channel's list: row b, steps from index · chunk_len. Walked in order, so
 // the next one is found without a division.
@@ -287,8 +336,11 @@ struct row_run {
 __device__ inline row_run row_run_of(const conv_args &a, const row_plan &plan)
 {
     row_run r;
-    r.c = blockIdx.x / plan.chunks;
-    r.block_in_channel = blockIdx.x % plan.chunks;
+    // 32-bit: the grid fits an int (fits_row_grid), and a 64-bit division is a long
+    // instruction sequence, paid by every block.
+    const unsigned chunks = (unsigned)plan.chunks;
+    r.c = blockIdx.x / chunks;
+    r.block_in_channel = blockIdx.x % chunks;
     r.first = (int)r.block_in_channel * plan.passes;
     const int left = (int)(a.B * plan.spans) - r.first;
     r.count = left < plan.passes ? left : plan.passes;
@@ -298,9 +350,9 @@ __device__ inline row_run row_run_of(const conv_args &a, const row_plan &plan)
 // Stages v[first, first + count) of row (b, c) into dst (first and count multiples of V).
 // What lies inside the row goes by one bulk copy from thread 0 (counted on `ready`) when the
 // row is aligned; the rest (before step 0: the history when X_HISTORY, else 0; past the end:
-// 0; everything when the row is not aligned) the threads write element by element, visible
-// after the caller's next __syncthreads. The common case, all inside, costs the other
-// threads a few comparisons.
+// 0; everything when the row is not aligned) the threads write, a vector of zeros at once and
+// element by element otherwise, visible after the caller's next __syncthreads. The common
+// case, all inside, costs the other threads a few comparisons.
 template <typename T, bool X_HISTORY>
 __device__ inline void stage_span(const conv_args &a, const t3 &v, bool vec_ok, int64_t b, int64_t c, int64_t first,
                                   int count, T *dst, uint64_t *ready)
@@ -318,13 +370,52 @@ __device__ inline void stage_span(const conv_args &a, const t3 &v, bool vec_ok, 
         bulk_copy_to_shared(dst + (lo - first), row + lo, (unsigned)((hi - lo) * sizeof(T)), ready);
     const int before = (int)((lo - first) / V), bulk_end = (int)((hi - first) / V);
     const int edges = before + count / V - bulk_end; // vectors left to the threads
-    for (int e = threadIdx.x; e < edges; e += blockDim.x) {
+    // Counted from the last thread down: thread 0's warp has issued the bulk copies, and the
+    // block waits at its next barrier for the slowest warp.
+    for (int e = blockDim.x - 1 - threadIdx.x; e < edges; e += blockDim.x) {
         const int k = e < before ? e : bulk_end + (e - before);
+        const int64_t u0 = first + (int64_t)k * V;
+        if (u0 >= a.L || (u0 + V <= 0 && !(X_HISTORY && a.init.p))) { // all zeros: one store
+            *(uint4 *)(dst + k * V) = make_uint4(0, 0, 0, 0);
+            continue;
+        }
         for (int j = 0; j < V; j++) {
             const int64_t u = first + (int64_t)k * V + j;
             const float value = u >= a.L ? 0.0f : u >= 0 ? tg_to_float(row[u]) : X_HISTORY ? history_at<T>(a, b, c, u) : 0.0f;
             dst[k * V + j] = tg_from_float<T>(value); // exact: the value came from a T
         }
+    }
+}
+
+// Two 16-bit values packed in one 32-bit word, as floats. A bf16 is the upper half of an
+// f32, so a shift and a mask are the whole conversion; converting each bf16 on its own made
+// the compiler extract the upper one first (two instructions instead of one), which in the
+// 16-bit kernels, bound by instruction issue, is worth avoiding.
+__device__ inline void unpack2(unsigned w, float &lo, float &hi, __nv_bfloat16)
+{
+    lo = __uint_as_float(w << 16);
+    hi = __uint_as_float(w & 0xffff0000u);
+}
+__device__ inline void unpack2(unsigned w, float &lo, float &hi, __half)
+{
+    const float2 pair = __half22float2(*(const __half2 *)&w);
+    lo = pair.x;
+    hi = pair.y;
+}
+
+// The V values of T in 16 bytes, as floats.
+template <typename T> __device__ inline void unpack16(uint4 raw, float *out)
+{
+    if constexpr (sizeof(T) == 4) {
+        out[0] = __uint_as_float(raw.x);
+        out[1] = __uint_as_float(raw.y);
+        out[2] = __uint_as_float(raw.z);
+        out[3] = __uint_as_float(raw.w);
+    } else {
+        unpack2(raw.x, out[0], out[1], T());
+        unpack2(raw.y, out[2], out[3], T());
+        unpack2(raw.z, out[4], out[5], T());
+        unpack2(raw.w, out[6], out[7], T());
     }
 }
 
@@ -334,12 +425,7 @@ template <typename T, int N> __device__ inline void read_shared(const T *src, fl
     constexpr int V = vec_width<T>();
     static_assert(N % V == 0, "whole vectors");
 #pragma unroll
-    for (int q = 0; q < N / V; q++) {
-        uint4 raw = *(const uint4 *)(src + q * V);
-        const T *values = (const T *)&raw;
-#pragma unroll
-        for (int e = 0; e < V; e++) out[q * V + e] = tg_to_float(values[e]);
-    }
+    for (int q = 0; q < N / V; q++) unpack16<T>(*(const uint4 *)(src + q * V), out + q * V);
 }
 
 // 16 bytes of T from V floats, as one uint4, stored by store16 in one 16-byte instruction.
@@ -383,9 +469,6 @@ __device__ inline void store_row(T *row, bool vec_ok, int64_t L, int64_t t0, con
     }
 }
 
-// Spans a row kernel has staged or in flight at a time: the one being computed and the next
-// two, so a block keeps loads in flight while it waits for a span as well as while it computes.
-constexpr int kStages = 3;
 
 // The pipelined walk both row kernels share: stage(span, buffer) stages one span (its bulk
 // copies counted on ready[buffer]), compute(span, buffer) works on a staged one; setup() runs
@@ -470,11 +553,7 @@ __device__ inline void load_row(const T *row, bool vec_ok, int64_t L, int64_t t0
     constexpr int V = vec_width<T>();
     if (vec_ok && t0 + N <= L) {
 #pragma unroll
-        for (int q = 0; q < N / V; q++) {
-            vec<T, V> chunk = *(const vec<T, V> *)(row + t0 + q * V);
-#pragma unroll
-            for (int e = 0; e < V; e++) win[q * V + e] = tg_to_float(chunk.v[e]);
-        }
+        for (int q = 0; q < N / V; q++) unpack16<T>(*(const uint4 *)(row + t0 + q * V), win + q * V);
     } else {
 #pragma unroll
         for (int e = 0; e < N; e++) win[e] = t0 + e < L ? tg_to_float(row[t0 + e]) : 0.0f;
@@ -485,8 +564,10 @@ template <typename T, int KB>
 __global__ void __launch_bounds__(kBlock) row_fwd_direct(conv_args a, row_plan plan)
 {
     constexpr int EPT = row_ept<T>();
-    const int64_t row = blockIdx.x / plan.chunks, chunk = blockIdx.x % plan.chunks;
-    const int64_t b = row / a.C, c = row % a.C;
+    // 32-bit divisions (the grid fits an int): blocks of short rows make one pass, so this
+    // arithmetic is a real share of their work.
+    const unsigned chunks = (unsigned)plan.chunks, row = blockIdx.x / chunks, chunk = blockIdx.x % chunks;
+    const int64_t b = row / (unsigned)a.C, c = row % (unsigned)a.C;
     const T *x = row_of<T>(a.x, b, c);
     T *y = row_of<T>(a.y, b, c);
     float wl[KB];
@@ -512,25 +593,32 @@ template <typename T, int KB>
 __global__ void __launch_bounds__(kBlock) row_fwd_staged(conv_args a, row_plan plan)
 {
     using S = row_shape<T, KB>;
-    constexpr int EPT = S::EPT, V = S::V, HV = S::HV;
-    constexpr int XN = S::CH + HV * V; // x over [t0 − HV·V, t0 + CH)
+    constexpr int EPT = S::EPT, H = S::H;
+    // Static shared memory here: this kernel only runs on long rows (full blocks), and the
+    // same buffers in dynamic shared memory measured 4% slower (bench/NOTES.md, v12).
+    constexpr int XN = kBlock * EPT + H; // x over [t0 − H, t0 + ch), ch ≤ kBlock · EPT
     __shared__ alignas(16) T xs[kStages][XN];
     __shared__ uint64_t ready[kStages];
     const row_run run = row_run_of(a, plan);
     const int64_t c = run.c;
-    const int ch = plan.chunk_len;
+    const int ch = plan.chunk_len, xn = ch + H;
     auto stage = [&](row_span span, int buf) {
-        const int64_t first = (int64_t)span.index * ch - HV * V;
-        stage_span<T, true>(a, a.x, plan.vec_x, span.b, c, first, ch + HV * V, xs[buf], &ready[buf]);
+        const int64_t first = (int64_t)span.index * ch - H;
+        if (plan.is_inner(span.index)) { // the common case: one copy from thread 0, no edges
+            if (threadIdx.x == 0)
+                bulk_copy_to_shared(xs[buf], row_of<T>(a.x, span.b, c) + first, xn * sizeof(T), &ready[buf]);
+            return;
+        }
+        stage_span<T, true>(a, a.x, plan.vec_x, span.b, c, first, xn, xs[buf], &ready[buf]);
     };
     float wl[KB];
     float bias = 0.0f;
     auto compute = [&](row_span span, int buf) {
         const int64_t t0 = (int64_t)span.index * ch + (int64_t)threadIdx.x * EPT;
         if (t0 >= a.L) return;
-        float xv[EPT + HV * V]; // x from t0 − HV·V
-        read_shared<T, EPT + HV * V>(xs[buf] + threadIdx.x * EPT, xv);
-        const float *xw = xv + HV * V - (KB - 1); // xw[KB − 1 + e − i] = x[t0 + e − i]
+        float xv[EPT + H]; // x from t0 − H
+        read_shared<T, EPT + H>(xs[buf] + threadIdx.x * EPT, xv);
+        const float *xw = xv + H - (KB - 1); // xw[KB − 1 + e − i] = x[t0 + e − i]
         float out[EPT];
         forward_window<KB, EPT>(wl, bias, xw, a.silu, out);
         store_row<T, EPT>(row_of<T>(a.y, span.b, c), plan.vec_y, a.L, t0, out);
@@ -560,23 +648,30 @@ __device__ inline void block_partials_to_workspace(float (&partial)[N], float *w
     }
 }
 
-// The backward stages x over [t0 − HV·V, t0 + CH + HV·V) and dout over [t0, t0 + CH + HV·V)
+// The backward stages x over [t0 − H, t0 + ch + H) and dout over [t0, t0 + ch + H)
 // of each span; each thread rebuilds z and g for its EPT steps and the K − 1 after them.
-template <typename T, int KB>
+template <typename T, int KB, bool SILU>
 __global__ void __launch_bounds__(kBlock) row_bwd(conv_args a, row_plan plan, float *ws)
 {
+    next_kernel_may_start();
     using S = row_shape<T, KB>;
-    constexpr int EPT = S::EPT, V = S::V, HV = S::HV;
-    __shared__ alignas(16) T xs[kStages][S::XN];
-    __shared__ alignas(16) T ds[kStages][S::DN];
+    constexpr int EPT = S::EPT, H = S::H;
     __shared__ uint64_t ready[kStages];
     const row_run run = row_run_of(a, plan);
     const int64_t c = run.c;
-    const int ch = plan.chunk_len;
+    const int ch = plan.chunk_len, xn = ch + 2 * H, dn = ch + H; // x from t0 − H, dout from t0
+    T *const xs = (T *)row_stage_memory, *const ds = xs + kStages * xn; // kStages buffers each
     auto stage = [&](row_span span, int buf) {
         const int64_t base = (int64_t)span.index * ch;
-        stage_span<T, true>(a, a.x, plan.vec_x, span.b, c, base - HV * V, ch + 2 * HV * V, xs[buf], &ready[buf]);
-        stage_span<T, false>(a, a.y, plan.vec_y, span.b, c, base, ch + HV * V, ds[buf], &ready[buf]);
+        if (plan.is_inner(span.index)) { // the common case: thread 0 issues two copies, no edges
+            if (threadIdx.x == 0) {
+                bulk_copy_to_shared(xs + buf * xn, row_of<T>(a.x, span.b, c) + base - H, xn * sizeof(T), &ready[buf]);
+                bulk_copy_to_shared(ds + buf * dn, row_of<T>(a.y, span.b, c) + base, dn * sizeof(T), &ready[buf]);
+            }
+            return;
+        }
+        stage_span<T, true>(a, a.x, plan.vec_x, span.b, c, base - H, xn, xs + buf * xn, &ready[buf]);
+        stage_span<T, false>(a, a.y, plan.vec_y, span.b, c, base, dn, ds + buf * dn, &ready[buf]);
     };
     float wl[KB]; // taps and bias scaled by −log2 e (scaled_activation_slope)
     float bias = 0.0f;
@@ -588,18 +683,18 @@ __global__ void __launch_bounds__(kBlock) row_bwd(conv_args a, row_plan plan, fl
     auto compute = [&](row_span span, int buf) {
         const int64_t b = span.b, t0 = (int64_t)span.index * ch + (int64_t)threadIdx.x * EPT;
         if (t0 >= a.L) return;
-        // x over [t0 − HV·V, t0 + EPT + HV·V), of which xw = [t0 − (KB−1), t0 + EPT + KB − 1)
-        float xv[EPT + 2 * HV * V];
-        float g[EPT + HV * V]; // dout, then g, from t0; 0 past the end
-        read_shared<T, EPT + 2 * HV * V>(xs[buf] + threadIdx.x * EPT, xv);
-        read_shared<T, EPT + HV * V>(ds[buf] + threadIdx.x * EPT, g);
-        const float *xw = xv + HV * V - (KB - 1);
+        // x over [t0 − H, t0 + EPT + H), of which xw = [t0 − (KB−1), t0 + EPT + KB − 1)
+        float xv[EPT + 2 * H];
+        float g[EPT + H]; // dout, then g, from t0; 0 past the end
+        read_shared<T, EPT + 2 * H>(xs + buf * xn + threadIdx.x * EPT, xv);
+        read_shared<T, EPT + H>(ds + buf * dn + threadIdx.x * EPT, g);
+        const float *xw = xv + H - (KB - 1);
 #pragma unroll
         for (int j = 0; j < EPT + KB - 1; j++) { // g·(−ln 2) = dout · act'(z)·(−ln 2), z rebuilt from x
             float zs = bias;
 #pragma unroll
             for (int i = 0; i < KB; i++) zs += wl[i] * xw[KB - 1 + j - i];
-            g[j] *= scaled_activation_slope(zs, a.silu);
+            g[j] *= scaled_activation_slope<SILU>(zs);
         }
         // Steps past the end have g = 0, so they add nothing to the partials: no bounds test.
         float dx[EPT];
@@ -622,12 +717,7 @@ __global__ void __launch_bounds__(kBlock) row_bwd(conv_args a, row_plan plan, fl
         }
         store_row<T, EPT>(row_of<T>(a.dx, b, c), plan.vec_dx, a.L, t0, dx);
     };
-    auto setup = [&] {
-        bias = -kLog2e * load_taps<T, KB>(a, c, wl);
-#pragma unroll
-        for (int i = 0; i < KB; i++) wl[i] *= -kLog2e;
-    };
-    walk_spans(run, plan, ready, stage, setup, compute);
+    walk_spans(run, plan, ready, stage, [&] { bias = load_scaled_taps<T, KB>(a, c, wl); }, compute);
 #pragma unroll
     for (int i = 0; i <= KB; i++) partial[i] *= -kLog2e;
     block_partials_to_workspace<KB + 1>(partial, ws, plan.chunks, run.block_in_channel, c);
@@ -699,10 +789,7 @@ template <typename T, int CPT> __device__ inline void read_channels(const T *p, 
         v[0] = pair.x;
         v[1] = pair.y;
     } else {
-        const unsigned pair = *(const unsigned *)p;
-        const T *e = (const T *)&pair;
-        v[0] = tg_to_float(e[0]);
-        v[1] = tg_to_float(e[1]);
+        unpack2(*(const unsigned *)p, v[0], v[1], T());
     }
 }
 
@@ -722,12 +809,50 @@ __device__ inline void write_channels(T *p, int64_t stride, bool pair_ok, int co
         if (q < count) p[q * stride] = tg_from_float<T>(v[q]);
 }
 
+// Tiles a tile kernel keeps in shared memory: two where two fit in the 48 KB of static shared
+// memory (16-bit data), so the next tile's loads are in flight while this one is computed;
+// else one (f32, which is at the copy bandwidth without the overlap).
+template <int TILE_BYTES> __host__ __device__ constexpr int tile_buffers() { return 2 * TILE_BYTES <= 48 * 1024 ? 2 : 1; }
+
+// The walk over a block's tiles along L that both tile kernels share: stage(t0, buffer)
+// issues the copies of the tile starting at step t0, compute(t0, buffer) works on it once
+// every thread's copies have landed.
+template <int BUFFERS, typename Stage, typename Compute>
+__device__ inline void walk_tiles(const conv_args &a, const tile_plan &plan, Stage stage, Compute compute)
+{
+    const int64_t first = (int64_t)blockIdx.x * plan.passes, tiles = (a.L + kTileT - 1) / kTileT;
+    const int count = (int)(tiles - first < plan.passes ? tiles - first : plan.passes); // ≥ 1: the grid
+    if (BUFFERS == 2) {
+        stage(first * kTileT, 0);
+        copies_commit();
+    }
+    for (int pass = 0; pass < count; pass++) {
+        const int64_t t0 = (first + pass) * kTileT;
+        const int buffer = BUFFERS == 2 ? pass & 1 : 0;
+        if (BUFFERS == 1) {
+            stage(t0, 0);
+            copies_wait_all();
+        } else if (pass + 1 < count) {
+            stage(t0 + kTileT, buffer ^ 1); // into the buffer computed last pass
+            copies_commit();
+            copies_wait_groups<1>(); // this tile's group has landed, the next one's may not have
+        } else {
+            copies_wait_groups<0>();
+        }
+        __syncthreads(); // every thread's copies (and element-wise writes) are in
+        compute(t0, buffer);
+        __syncthreads(); // the buffer is no longer read before it is staged again
+    }
+}
+
 template <typename T, int KB>
 __global__ void __launch_bounds__(kBlock, 8) tile_fwd(conv_args a, tile_plan plan)
 {
     using S = tile_shape<T, KB>;
     constexpr int CPT = S::CPT, LS = S::LS;
-    __shared__ alignas(16) T xs[kTileT + KB - 1][kTileC]; // x at t0 − (KB−1) … t0 + kTileT − 1
+    constexpr int XR = kTileT + KB - 1; // x at t0 − (KB−1) … t0 + kTileT − 1
+    constexpr int BUFFERS = tile_buffers<XR * kTileC * sizeof(T)>();
+    __shared__ alignas(16) T xs[BUFFERS][XR][kTileC];
     const int cg = threadIdx.x % S::GROUPS * CPT, r0 = threadIdx.x / S::GROUPS * LS;
     const int64_t c0 = (int64_t)blockIdx.y * kTileC, b = blockIdx.z, c = c0 + cg;
     const bool active = c < a.C;
@@ -735,17 +860,14 @@ __global__ void __launch_bounds__(kBlock, 8) tile_fwd(conv_args a, tile_plan pla
     float wl[CPT][KB], bias[CPT];
 #pragma unroll
     for (int q = 0; q < CPT; q++) bias[q] = load_taps<T, KB>(a, c + q < a.C ? c + q : a.C - 1, wl[q]);
-    for (int pass = 0; pass < plan.passes; pass++) {
-        const int64_t t0 = ((int64_t)blockIdx.x * plan.passes + pass) * kTileT;
-        if (t0 >= a.L) break; // uniform across the block
-        __syncthreads();      // the previous tile is no longer read
-        stage_tile<T, kTileT + KB - 1, true>(a, a.x, plan.vec_x, b, c0, t0 - (KB - 1), xs);
-        copies_wait_all();
-        __syncthreads();
-        if (!active) continue;
+    auto stage = [&](int64_t t0, int buf) {
+        stage_tile<T, XR, true>(a, a.x, plan.vec_x, b, c0, t0 - (KB - 1), xs[buf]);
+    };
+    auto compute = [&](int64_t t0, int buf) {
+        if (!active) return;
         float win[KB][CPT]; // win[KB−1−i] = x[t − i]
 #pragma unroll
-        for (int j = 0; j < KB - 1; j++) read_channels<T, CPT>(&xs[r0 + j][cg], win[j + 1]);
+        for (int j = 0; j < KB - 1; j++) read_channels<T, CPT>(&xs[buf][r0 + j][cg], win[j + 1]);
         T *out = (T *)a.y.p + (b * a.y.s0 + c * a.y.s1 + (t0 + r0) * a.y.s2);
         const int64_t step = a.y.s2;
         const int64_t left = a.L - (t0 + r0); // steps of this thread inside the row (may be ≤ 0)
@@ -756,7 +878,7 @@ __global__ void __launch_bounds__(kBlock, 8) tile_fwd(conv_args a, tile_plan pla
             for (int j = 0; j < KB - 1; j++)
 #pragma unroll
                 for (int q = 0; q < CPT; q++) win[j][q] = win[j + 1][q];
-            read_channels<T, CPT>(&xs[r0 + s + KB - 1][cg], win[KB - 1]);
+            read_channels<T, CPT>(&xs[buf][r0 + s + KB - 1][cg], win[KB - 1]);
             float o[CPT];
 #pragma unroll
             for (int q = 0; q < CPT; q++) {
@@ -768,47 +890,49 @@ __global__ void __launch_bounds__(kBlock, 8) tile_fwd(conv_args a, tile_plan pla
             if (s < steps) write_channels<T, CPT>(out, a.y.s1, plan.pair_y, count, o);
             out += step; // a pointer walk: no 64-bit multiply per step
         }
-    }
+    };
+    walk_tiles<BUFFERS>(a, plan, stage, compute);
 }
 
 // Each thread walks its LS steps and the K−1 after them: g = dout·act'(z) at every step, and
 // dx for a step as soon as the K values of g it needs are known, K−1 steps later. (The K−1
 // extra steps of g are the next lane's first ones, recomputed: cheaper than a second pass
 // through shared memory.)
-template <typename T, int KB>
+template <typename T, int KB, bool SILU>
 __global__ void __launch_bounds__(kBlock) tile_bwd(conv_args a, tile_plan plan, float *ws)
 {
+    next_kernel_may_start();
     using S = tile_shape<T, KB>;
     constexpr int CPT = S::CPT, LS = S::LS;
-    __shared__ alignas(16) T xs[kTileT + 2 * (KB - 1)][kTileC]; // x at t0 − (KB−1) … t0 + kTileT + KB − 2
-    __shared__ alignas(16) T ds[kTileT + KB - 1][kTileC];       // dout at t0 … t0 + kTileT + KB − 2
+    constexpr int XR = kTileT + 2 * (KB - 1); // x at t0 − (KB−1) … t0 + kTileT + KB − 2
+    constexpr int DR = kTileT + KB - 1;       // dout at t0 … t0 + kTileT + KB − 2
+    constexpr int BUFFERS = tile_buffers<(XR + DR) * kTileC * sizeof(T)>();
+    __shared__ alignas(16) T xs[BUFFERS][XR][kTileC];
+    __shared__ alignas(16) T ds[BUFFERS][DR][kTileC];
     const int cg = threadIdx.x % S::GROUPS * CPT, lane = threadIdx.x / S::GROUPS, r0 = lane * LS;
     const int64_t c0 = (int64_t)blockIdx.y * kTileC, b = blockIdx.z, c = c0 + cg;
     const bool active = c < a.C;
     const int count = active ? (a.C - c < CPT ? (int)(a.C - c) : CPT) : 0;
-    float wl[CPT][KB], bias[CPT];
+    float wl[CPT][KB], bias[CPT]; // scaled by −log2 e, as in row_bwd
 #pragma unroll
-    for (int q = 0; q < CPT; q++) bias[q] = load_taps<T, KB>(a, c + q < a.C ? c + q : a.C - 1, wl[q]);
+    for (int q = 0; q < CPT; q++) bias[q] = load_scaled_taps<T, KB>(a, c + q < a.C ? c + q : a.C - 1, wl[q]);
     const int64_t final_from = a.dfinal.p ? a.L - (a.K - 1) : a.L; // as in row_bwd
-    float partial[CPT][KB + 1]; // dwl[0 … KB−1], dbias
+    float partial[CPT][KB + 1]; // dwl[0 … KB−1], dbias, times −ln 2
 #pragma unroll
     for (int q = 0; q < CPT; q++)
 #pragma unroll
         for (int i = 0; i <= KB; i++) partial[q][i] = 0.0f;
-    for (int pass = 0; pass < plan.passes; pass++) {
-        const int64_t t0 = ((int64_t)blockIdx.x * plan.passes + pass) * kTileT;
-        if (t0 >= a.L) break; // uniform across the block
-        __syncthreads();      // the previous tile is no longer read
-        stage_tile<T, kTileT + 2 * (KB - 1), true>(a, a.x, plan.vec_x, b, c0, t0 - (KB - 1), xs);
-        stage_tile<T, kTileT + KB - 1, false>(a, a.y, plan.vec_y, b, c0, t0, ds);
-        copies_wait_all();
-        __syncthreads();
-        if (!active) continue;
+    auto stage = [&](int64_t t0, int buf) {
+        stage_tile<T, XR, true>(a, a.x, plan.vec_x, b, c0, t0 - (KB - 1), xs[buf]);
+        stage_tile<T, DR, false>(a, a.y, plan.vec_y, b, c0, t0, ds[buf]);
+    };
+    auto compute = [&](int64_t t0, int buf) {
+        if (!active) return;
         float win[KB][CPT]; // win[KB−1−i] = x[t − i]
         float gw[KB][CPT];  // gw[KB−1−i] = g[t − i]
 #pragma unroll
         for (int j = 0; j < KB - 1; j++) {
-            read_channels<T, CPT>(&xs[r0 + j][cg], win[j + 1]);
+            read_channels<T, CPT>(&xs[buf][r0 + j][cg], win[j + 1]);
 #pragma unroll
             for (int q = 0; q < CPT; q++) gw[j + 1][q] = 0.0f; // never read: dx starts once K values of g are in
         }
@@ -826,15 +950,15 @@ __global__ void __launch_bounds__(kBlock) tile_bwd(conv_args a, tile_plan plan, 
                     win[j][q] = win[j + 1][q];
                     gw[j][q] = gw[j + 1][q];
                 }
-            read_channels<T, CPT>(&xs[r0 + s + KB - 1][cg], win[KB - 1]);
+            read_channels<T, CPT>(&xs[buf][r0 + s + KB - 1][cg], win[KB - 1]);
             float d_out[CPT];
-            read_channels<T, CPT>(&ds[r0 + s][cg], d_out);
+            read_channels<T, CPT>(&ds[buf][r0 + s][cg], d_out);
 #pragma unroll
             for (int q = 0; q < CPT; q++) {
-                float z = bias[q];
+                float zs = bias[q];
 #pragma unroll
-                for (int i = 0; i < KB; i++) z += wl[q][i] * win[KB - 1 - i][q];
-                const float g = d_out[q] * activation_slope(z, a.silu); // 0 past the end
+                for (int i = 0; i < KB; i++) zs += wl[q][i] * win[KB - 1 - i][q];
+                const float g = d_out[q] * scaled_activation_slope<SILU>(zs); // g·(−ln 2); 0 past the end
                 gw[KB - 1][q] = g;
                 if (s < LS) { // this thread's own steps (the later ones are the next lane's)
                     partial[q][KB] += g;
@@ -862,16 +986,16 @@ __global__ void __launch_bounds__(kBlock) tile_bwd(conv_args a, tile_plan plan, 
                 dx += step;
             }
         }
-    }
-    // The block's partials: the time lanes of each channel summed in order (through xs,
-    // which no thread reads any more once all have passed the barrier).
-    __syncthreads();
+    };
+    walk_tiles<BUFFERS>(a, plan, stage, compute);
+    // The block's partials: the time lanes of each channel summed in order (through xs, which
+    // no thread reads any more: walk_tiles ends with a barrier).
     static_assert(sizeof(float) * S::LANES * (KB + 1) * kTileC <= sizeof(xs), "the partials fit in xs");
-    float(*sums)[KB + 1][kTileC] = (float(*)[KB + 1][kTileC])(void *)&xs[0][0];
+    float(*sums)[KB + 1][kTileC] = (float(*)[KB + 1][kTileC])(void *)&xs[0][0][0];
 #pragma unroll
     for (int q = 0; q < CPT; q++)
 #pragma unroll
-        for (int i = 0; i <= KB; i++) sums[lane][i][cg + q] = partial[q][i];
+        for (int i = 0; i <= KB; i++) sums[lane][i][cg + q] = -kLog2e * partial[q][i];
     __syncthreads();
     if (lane == 0 && active) {
         const int64_t parts = a.B * plan.time_blocks, part = b * plan.time_blocks + blockIdx.x;
@@ -900,6 +1024,7 @@ template <typename T> __global__ void final_states_kernel(conv_args a, t3 final_
 // into the final states, i.e. L < K − 1). One thread per (b, c, j); g rebuilt from x.
 template <typename T> __global__ void initial_grad_kernel(conv_args a, t3 dinitial)
 {
+    after_previous_kernels();
     const int64_t n = a.B * a.C * (a.K - 1);
     for (int64_t idx = tg_global_index(); idx < n; idx += tg_global_stride()) {
         int64_t j = idx % (a.K - 1), c = (idx / (a.K - 1)) % a.C, b = idx / ((a.K - 1) * a.C);
@@ -922,6 +1047,7 @@ template <typename T> __global__ void initial_grad_kernel(conv_args a, t3 diniti
 __global__ void sum_partials_kernel(const float *ws, int64_t parts, int64_t C, int K, int KB, char *dw, int64_t dws0,
                                     int64_t dws1, char *db, int64_t dbs0, int dtype)
 {
+    after_previous_kernels();
     const int64_t n = C * (KB + 1);
     const int lane = threadIdx.x % 32;
     for (int64_t idx = tg_global_index() / 32; idx < n; idx += tg_global_stride() / 32) {
@@ -1014,8 +1140,11 @@ row_plan make_row_fwd_direct_plan(const conv_args &a, const tg_tensor *x, const 
 // The staged kernels' plan (struct row_plan): up to 8 spans per block. Fewer, longer blocks
 // measured faster than a grid of more waves on the short sizes (8×1536×2048, 32×768×1024):
 // a block's setup and first loads, not the partly idle last wave, dominate there.
+//   The spans stage x from `halo` steps before the span to `right_halo` after it (dout, when
+// staged, from the span's start to at most as far).
 template <typename T>
-row_plan make_row_plan(const conv_args &a, const tg_tensor *x, const tg_tensor *y, const tg_tensor *dx, int threads)
+row_plan make_row_plan(const conv_args &a, const tg_tensor *x, const tg_tensor *y, const tg_tensor *dx, int threads,
+                       int halo, int right_halo)
 {
     constexpr int V = vec_width<T>();
     constexpr int kMaxPasses = 8;
@@ -1028,6 +1157,10 @@ row_plan make_row_plan(const conv_args &a, const tg_tensor *x, const tg_tensor *
     plan.vec_x = rows_aligned(x, V);
     plan.vec_y = rows_aligned(y, V);
     plan.vec_dx = rows_aligned(dx, V);
+    const int64_t inside_end = a.L - a.L % V; // whole vectors end here
+    const int64_t last = (inside_end - right_halo) / plan.chunk_len - 1;
+    plan.inner_first = (halo + plan.chunk_len - 1) / plan.chunk_len;
+    plan.inner_last = plan.vec_x && plan.vec_y && inside_end >= right_halo ? (int)(last < INT32_MAX ? last : INT32_MAX) : -1;
     return plan;
 }
 
@@ -1106,18 +1239,56 @@ void scratch_free(scratch &s)
     if (s.storage.data) tg_device_free(TG_DEVICE_CUDA, s.storage.data, s.bytes);
 }
 
+// Whether launches may carry the programmatic-dependent-launch attribute (compute capability
+// 9.0 or newer; tapegrad runs on one device per process).
+bool overlap_supported()
+{
+    static int major = -1;
+    if (major < 0) {
+        int device = 0;
+        if (cudaGetDevice(&device) != cudaSuccess ||
+            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess)
+            major = 0;
+    }
+    return major >= 9;
+}
+
+// Launches kernel<<<grid, block, shared>>>(args...) allowed to overlap the end of the kernel
+// before it (next_kernel_may_start, after_previous_kernels).
+template <typename... Params, typename... Args>
+tg_status launch_overlapped(const char *op, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared,
+                            Args... args)
+{
+    cudaLaunchAttribute overlap = {};
+    overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    overlap.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = shared;
+    config.attrs = &overlap;
+    config.numAttrs = overlap_supported() ? 1 : 0;
+    const cudaError_t error = cudaLaunchKernelEx(&config, kernel, args...);
+    if (error != cudaSuccess)
+        return tg_set_error(TG_ERR_DEVICE, "%s: CUDA kernel launch failed: %s", op, cudaGetErrorString(error));
+    return TG_OK;
+}
+
 template <typename T, int KB>
 tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *final_states)
 {
+    const char *op = "tg_causal_conv1d";
     conv_args a = make_args(in, out, NULL, NULL);
     if (time_contiguous(in->x) && time_contiguous(out)) {
         const int threads = row_threads<T>(a.L);
         bool staged = false;
         if constexpr (sizeof(T) == 2) staged = a.L >= kStagedForwardMinL;
         if (staged) {
-            row_plan plan = make_row_plan<T>(a, in->x, out, NULL, threads);
+            using S = row_shape<T, KB>;
+            row_plan plan = make_row_plan<T>(a, in->x, out, NULL, threads, S::H, 0);
             if (!fits_row_grid(a, plan)) return too_large(a);
-            if constexpr (sizeof(T) == 2) row_fwd_staged<T, KB><<<(unsigned)(a.C * plan.chunks), threads>>>(a, plan);
+            if constexpr (sizeof(T) == 2)
+                row_fwd_staged<T, KB><<<(unsigned)(a.C * plan.chunks), threads>>>(a, plan);
         } else {
             row_plan plan = make_row_fwd_direct_plan<T>(a, in->x, out, threads);
             if (a.B * a.C * plan.chunks > INT32_MAX) return too_large(a);
@@ -1128,10 +1299,10 @@ tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *fina
         if (!fits_tile_grid(a, plan)) return too_large(a);
         tile_fwd<T, KB><<<tile_grid(a, plan), kBlock>>>(a, plan);
     }
-    tg_status status = tg_cuda_check_launch("tg_causal_conv1d");
+    tg_status status = tg_cuda_check_launch(op);
     if (status == TG_OK && final_states && a.K > 1) {
         final_states_kernel<T><<<tg_blocks_for(a.B * a.C * (a.K - 1)), TG_THREADS>>>(a, t3_of(final_states));
-        status = tg_cuda_check_launch("tg_causal_conv1d");
+        status = tg_cuda_check_launch(op);
     }
     return status;
 }
@@ -1147,7 +1318,7 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
     row_plan rplan = {};
     tile_plan tplan = {};
     if (rows) {
-        rplan = make_row_plan<T>(a, in->x, dout, dx, threads);
+        rplan = make_row_plan<T>(a, in->x, dout, dx, threads, row_shape<T, KB>::H, row_shape<T, KB>::H);
         parts = rplan.chunks;
         if (!fits_row_grid(a, rplan)) return too_large(a);
     } else {
@@ -1159,22 +1330,24 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
     float *ws = NULL;
     tg_status status = tg_device_alloc(TG_DEVICE_CUDA, ws_bytes, (void **)&ws);
     if (status != TG_OK) return status;
-    if (rows)
-        row_bwd<T, KB><<<(unsigned)(a.C * rplan.chunks), threads>>>(a, rplan, ws);
-    else
-        tile_bwd<T, KB><<<tile_grid(a, tplan), kBlock>>>(a, tplan, ws);
-    status = tg_cuda_check_launch("tg_causal_conv1d backward");
-    if (status == TG_OK && (dweight || dbias)) {
-        sum_partials_kernel<<<tg_blocks_for(32 * a.C * (KB + 1)), TG_THREADS>>>(
-            ws, parts, a.C, a.K, KB, dweight ? tg_bytes(dweight) : NULL, dweight ? dweight->strides[0] : 0,
-            dweight ? dweight->strides[1] : 0, dbias ? tg_bytes(dbias) : NULL, dbias ? dbias->strides[0] : 0,
-            (int)in->x->dtype);
-        status = tg_cuda_check_launch("tg_causal_conv1d backward");
+    const char *op = "tg_causal_conv1d backward";
+    if (rows) {
+        auto kernel = a.silu ? row_bwd<T, KB, true> : row_bwd<T, KB, false>;
+        kernel<<<(unsigned)(a.C * rplan.chunks), threads, row_shape<T, KB>::backward_bytes(rplan.chunk_len)>>>(a, rplan, ws);
+    } else {
+        auto kernel = a.silu ? tile_bwd<T, KB, true> : tile_bwd<T, KB, false>;
+        kernel<<<tile_grid(a, tplan), kBlock>>>(a, tplan, ws);
     }
-    if (status == TG_OK && dinitial && a.K > 1) {
-        initial_grad_kernel<T><<<tg_blocks_for(a.B * a.C * (a.K - 1)), TG_THREADS>>>(a, t3_of(dinitial));
-        status = tg_cuda_check_launch("tg_causal_conv1d backward");
-    }
+    status = tg_cuda_check_launch(op);
+    if (status == TG_OK && (dweight || dbias))
+        status = launch_overlapped(op, sum_partials_kernel, dim3(tg_blocks_for(32 * a.C * (KB + 1))), dim3(TG_THREADS),
+                                   0, (const float *)ws, parts, a.C, a.K, KB, dweight ? tg_bytes(dweight) : NULL,
+                                   dweight ? dweight->strides[0] : (int64_t)0, dweight ? dweight->strides[1] : (int64_t)0,
+                                   dbias ? tg_bytes(dbias) : NULL, dbias ? dbias->strides[0] : (int64_t)0,
+                                   (int)in->x->dtype);
+    if (status == TG_OK && dinitial && a.K > 1)
+        status = launch_overlapped(op, initial_grad_kernel<T>, dim3(tg_blocks_for(a.B * a.C * (a.K - 1))),
+                                   dim3(TG_THREADS), 0, a, t3_of(dinitial));
     tg_device_free(TG_DEVICE_CUDA, ws, ws_bytes);
     return status;
 }
