@@ -469,7 +469,6 @@ __device__ inline void store_row(T *row, bool vec_ok, int64_t L, int64_t t0, con
     }
 }
 
-
 // The pipelined walk both row kernels share: stage(span, buffer) stages one span (its bulk
 // copies counted on ready[buffer]), compute(span, buffer) works on a staged one; setup() runs
 // while the first spans are in flight. Each buffer's barrier completes one phase per use, so
@@ -811,7 +810,7 @@ __device__ inline void write_channels(T *p, int64_t stride, bool pair_ok, int co
 
 // Tiles a tile kernel keeps in shared memory: two where two fit in the 48 KB of static shared
 // memory (16-bit data), so the next tile's loads are in flight while this one is computed;
-// else one (f32, which is at the copy bandwidth without the overlap).
+// else one (f32, which is near the copy bandwidth without the overlap).
 template <int TILE_BYTES> __host__ __device__ constexpr int tile_buffers() { return 2 * TILE_BYTES <= 48 * 1024 ? 2 : 1; }
 
 // The walk over a block's tiles along L that both tile kernels share: stage(t0, buffer)
