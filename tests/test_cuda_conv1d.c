@@ -151,6 +151,19 @@ Test(cuda_conv1d, long_rows_and_many_channels)
         }
 }
 
+/* Long, 16-byte aligned 16-bit rows (the staged forward's case): the history enters the first
+ * span of each row, and the last span of a row is partly past its end. */
+Test(cuda_conv1d, long_aligned_16bit_rows_with_states)
+{
+    tt_require_cuda();
+    const tg_dtype dtypes[2] = {TG_BF16, TG_F16};
+    const int64_t widths[3] = {3, 8, 16};
+    for (int d = 0; d < 2; d++)
+        for (int k = 0; k < 3; k++)
+            check_case((conv_case){2, 24, 8192 + 8 * tt_randint(1, 300), widths[k], LAYOUT_CHANNEL_FIRST, dtypes[d],
+                                   tt_randint(0, 1), tt_randint(0, 1), true, true});
+}
+
 /* Two backward passes give bitwise-equal weight and bias gradients (no atomics). */
 Test(cuda_conv1d, gradients_are_bitwise_repeatable)
 {

@@ -213,10 +213,11 @@ __device__ inline void after_previous_kernels()
 
 __device__ inline unsigned shared_address(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
 
-// A barrier that completes a phase when thread 0 has arrived and every announced byte is in.
-__device__ inline void arrival_barrier_init(uint64_t *barrier)
+// A barrier that completes a phase when `arrivals` threads have arrived and every announced
+// byte is in (by default: thread 0 alone arrives).
+__device__ inline void arrival_barrier_init(uint64_t *barrier, unsigned arrivals = 1)
 {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(shared_address(barrier)) : "memory");
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_address(barrier)), "r"(arrivals) : "memory");
 }
 // Makes the initialised barriers visible to the copy engine (then a __syncthreads for the block).
 __device__ inline void arrival_barriers_published()
@@ -585,10 +586,80 @@ __global__ void __launch_bounds__(kBlock) row_fwd_direct(conv_args a, row_plan p
     }
 }
 
-// The staged forward, for long 16-bit rows: the spans of each channel's list staged by bulk
-// copies, three in flight (walk_spans). At K = 8 its shared-memory halo beats the direct
-// forward's seven shuffles and first-lane loads per pass (93% of copy bandwidth against 73%).
-template <typename T, int KB>
+// The staged forward, for long aligned 16-bit rows. Its walk is a producer/consumer pipeline
+// without block-wide barriers: thread 0 stages each span (stage_span_alone) two ahead of the
+// one being computed, into one of four buffers, and before it reuses a buffer it waits until
+// every thread has said, on that buffer's `consumed` barrier, that it is done with it. A
+// thread that finishes a span goes on to the next as soon as that one has arrived, so the
+// warps of a block are not held in step (a block barrier per span measured 91% of the copy
+// bandwidth, this walk 92%, bench/NOTES.md). The backward keeps walk_spans: there the
+// pipeline measured slower.
+constexpr int kForwardStages = 4, kForwardAhead = 2;
+
+// Thread 0 alone stages x[first, first + count) of an aligned row (b, c) into dst: the whole
+// vectors inside the row by one bulk copy, the history before step 0 and a last, partial
+// vector element by element. Steps from L on are left unstaged: the forward computes
+// outputs there but never stores them, so what the buffer holds there does not matter.
+template <typename T>
+__device__ inline void stage_span_alone(const conv_args &a, int64_t b, int64_t c, int64_t first, int count, T *dst,
+                                        uint64_t *ready)
+{
+    constexpr int V = vec_width<T>();
+    const T *row = row_of<T>(a.x, b, c);
+    const int64_t end = first + count, inside_end = a.L - a.L % V;
+    const int64_t lo = first > 0 ? first : 0, hi = end < inside_end ? end : inside_end;
+    if (hi > lo) {
+#if TG_BULK_COPY
+        bulk_copy_to_shared(dst + (lo - first), row + lo, (unsigned)((hi - lo) * sizeof(T)), ready);
+#else // built for an older GPU: correct, but one thread copies the span
+        for (int64_t u = lo; u < hi; u += V) *(uint4 *)(dst + (u - first)) = *(const uint4 *)(row + u);
+#endif
+    }
+    for (int64_t u = first; u < lo && u < end; u++) dst[u - first] = tg_from_float<T>(history_at<T>(a, b, c, u));
+    for (int64_t u = hi > lo ? hi : lo; u < end && u < a.L; u++) dst[u - first] = row[u];
+}
+
+// The walk: stage(span, buffer) runs on thread 0 only; compute(span, buffer) on every thread
+// once the span is in; setup() while the first spans are in flight. Buffer uses are counted
+// per buffer, so the n-th use of a buffer waits for parity n & 1 of its barriers.
+template <typename Stage, typename Setup, typename Compute>
+__device__ inline void walk_spans_pipelined(const row_run &run, const row_plan &plan,
+                                            uint64_t (&ready)[kForwardStages], uint64_t (&consumed)[kForwardStages],
+                                            Stage stage, Setup setup, Compute compute)
+{
+    const int spans = (int)plan.spans;
+    row_span current = {run.first / spans, run.first % spans}, ahead = current;
+    int staged = 0; // thread 0's count of spans staged
+    auto stage_ahead = [&] {
+        const int buffer = staged % kForwardStages, use = staged / kForwardStages;
+        if (use > 0) arrival_wait(&consumed[buffer], (use - 1) & 1); // its last span is done with
+        async_copies_follow();
+        stage(ahead, buffer);
+        arrival_arrive(&ready[buffer]);
+        ahead.advance(spans);
+        staged++;
+    };
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < kForwardStages; i++) {
+            arrival_barrier_init(&ready[i]);
+            arrival_barrier_init(&consumed[i], blockDim.x);
+        }
+        arrival_barriers_published();
+        while (staged < kForwardAhead && staged < run.count) stage_ahead();
+    }
+    setup();
+    __syncthreads(); // the barriers are initialised
+    for (int pass = 0; pass < run.count; pass++) {
+        if (threadIdx.x == 0 && staged < run.count) stage_ahead();
+        const int buffer = pass % kForwardStages;
+        arrival_wait(&ready[buffer], (pass / kForwardStages) & 1);
+        compute(current, buffer);
+        arrival_arrive(&consumed[buffer]);
+        current.advance(spans);
+    }
+}
+
+template <typename T, int KB, bool SILU>
 __global__ void __launch_bounds__(kBlock) row_fwd_staged(conv_args a, row_plan plan)
 {
     using S = row_shape<T, KB>;
@@ -596,19 +667,17 @@ __global__ void __launch_bounds__(kBlock) row_fwd_staged(conv_args a, row_plan p
     // Static shared memory here: this kernel only runs on long rows (full blocks), and the
     // same buffers in dynamic shared memory measured 4% slower (bench/NOTES.md, v12).
     constexpr int XN = kBlock * EPT + H; // x over [t0 − H, t0 + ch), ch ≤ kBlock · EPT
-    __shared__ alignas(16) T xs[kStages][XN];
-    __shared__ uint64_t ready[kStages];
+    __shared__ alignas(16) T xs[kForwardStages][XN];
+    __shared__ uint64_t ready[kForwardStages], consumed[kForwardStages];
     const row_run run = row_run_of(a, plan);
     const int64_t c = run.c;
     const int ch = plan.chunk_len, xn = ch + H;
-    auto stage = [&](row_span span, int buf) {
+    auto stage = [&](row_span span, int buf) { // thread 0
         const int64_t first = (int64_t)span.index * ch - H;
-        if (plan.is_inner(span.index)) { // the common case: one copy from thread 0, no edges
-            if (threadIdx.x == 0)
-                bulk_copy_to_shared(xs[buf], row_of<T>(a.x, span.b, c) + first, xn * sizeof(T), &ready[buf]);
-            return;
-        }
-        stage_span<T, true>(a, a.x, plan.vec_x, span.b, c, first, xn, xs[buf], &ready[buf]);
+        if (plan.is_inner(span.index)) // the common case: one copy
+            bulk_copy_to_shared(xs[buf], row_of<T>(a.x, span.b, c) + first, xn * sizeof(T), &ready[buf]);
+        else
+            stage_span_alone<T>(a, span.b, c, first, xn, xs[buf], &ready[buf]);
     };
     float wl[KB];
     float bias = 0.0f;
@@ -619,10 +688,10 @@ __global__ void __launch_bounds__(kBlock) row_fwd_staged(conv_args a, row_plan p
         read_shared<T, EPT + H>(xs[buf] + threadIdx.x * EPT, xv);
         const float *xw = xv + H - (KB - 1); // xw[KB − 1 + e − i] = x[t0 + e − i]
         float out[EPT];
-        forward_window<KB, EPT>(wl, bias, xw, a.silu, out);
+        forward_window<KB, EPT>(wl, bias, xw, SILU, out);
         store_row<T, EPT>(row_of<T>(a.y, span.b, c), plan.vec_y, a.L, t0, out);
     };
-    walk_spans(run, plan, ready, stage, [&] { bias = load_taps<T, KB>(a, c, wl); }, compute);
+    walk_spans_pipelined(run, plan, ready, consumed, stage, [&] { bias = load_taps<T, KB>(a, c, wl); }, compute);
 }
 
 // Sums each of the block's N partials over its threads (fixed shuffle tree, then warps in
@@ -1112,10 +1181,11 @@ bool channels_vectorisable(const tg_tensor *t, int cpt)
 // L = 16384, slower at 1024 and 2048).
 constexpr int64_t kStagedForwardMinL = 8192;
 
-// Threads per block of the row kernels: kBlock, or fewer (whole warps) for a short row.
-template <typename T> int row_threads(int64_t L)
+// Threads per block of a row kernel taking ept steps per thread and pass: kBlock, or fewer
+// (whole warps) for a short row.
+int row_threads(int64_t L, int ept)
 {
-    const int64_t threads = (L + row_ept<T>() - 1) / row_ept<T>();
+    const int64_t threads = (L + ept - 1) / ept;
     return threads >= kBlock ? kBlock : (int)((threads + 31) / 32 * 32);
 }
 
@@ -1279,16 +1349,19 @@ tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *fina
     const char *op = "tg_causal_conv1d";
     conv_args a = make_args(in, out, NULL, NULL);
     if (time_contiguous(in->x) && time_contiguous(out)) {
-        const int threads = row_threads<T>(a.L);
         bool staged = false;
-        if constexpr (sizeof(T) == 2) staged = a.L >= kStagedForwardMinL;
+        if constexpr (sizeof(T) == 2) staged = a.L >= kStagedForwardMinL && rows_aligned(in->x, vec_width<T>());
         if (staged) {
             using S = row_shape<T, KB>;
+            const int threads = row_threads(a.L, S::EPT);
             row_plan plan = make_row_plan<T>(a, in->x, out, NULL, threads, S::H, 0);
             if (!fits_row_grid(a, plan)) return too_large(a);
-            if constexpr (sizeof(T) == 2)
-                row_fwd_staged<T, KB><<<(unsigned)(a.C * plan.chunks), threads>>>(a, plan);
+            if constexpr (sizeof(T) == 2) {
+                auto kernel = a.silu ? row_fwd_staged<T, KB, true> : row_fwd_staged<T, KB, false>;
+                kernel<<<(unsigned)(a.C * plan.chunks), threads>>>(a, plan);
+            }
         } else {
+            const int threads = row_threads(a.L, row_ept<T>());
             row_plan plan = make_row_fwd_direct_plan<T>(a, in->x, out, threads);
             if (a.B * a.C * plan.chunks > INT32_MAX) return too_large(a);
             row_fwd_direct<T, KB><<<(unsigned)(a.B * a.C * plan.chunks), threads>>>(a, plan);
@@ -1313,7 +1386,7 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
     conv_args a = make_args(in, dout, dx, dfinal);
     const bool rows = time_contiguous(in->x) && time_contiguous(dout) && time_contiguous(dx);
     int64_t parts;
-    const int threads = row_threads<T>(a.L);
+    const int threads = row_threads(a.L, row_shape<T, KB>::EPT);
     row_plan rplan = {};
     tile_plan tplan = {};
     if (rows) {
