@@ -1183,11 +1183,10 @@ bool channels_vectorisable(const tg_tensor *t, int cpt)
 // L = 16384, slower at 1024 and 2048).
 constexpr int64_t kStagedForwardMinL = 8192;
 
-// Threads per block of a row kernel taking ept steps per thread and pass: kBlock, or fewer
-// (whole warps) for a short row.
-int row_threads(int64_t L, int ept)
+// Threads per block of the row kernels: kBlock, or fewer (whole warps) for a short row.
+template <typename T> int row_threads(int64_t L)
 {
-    const int64_t threads = (L + ept - 1) / ept;
+    const int64_t threads = (L + row_ept<T>() - 1) / row_ept<T>();
     return threads >= kBlock ? kBlock : (int)((threads + 31) / 32 * 32);
 }
 
@@ -1362,11 +1361,11 @@ tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *fina
     const char *op = "tg_causal_conv1d";
     conv_args a = make_args(in, out, NULL, NULL);
     if (time_contiguous(in->x) && time_contiguous(out)) {
+        const int threads = row_threads<T>(a.L);
         bool staged = false;
         if constexpr (sizeof(T) == 2) staged = a.L >= kStagedForwardMinL && rows_aligned(in->x, vec_width<T>());
         if (staged) {
             using S = row_shape<T, KB>;
-            const int threads = row_threads(a.L, S::EPT);
             row_plan plan = make_row_plan<T>(a, in->x, out, NULL, threads, S::H, 0);
             if (!fits_row_grid(a, plan)) return too_large(a);
             if constexpr (sizeof(T) == 2) {
@@ -1380,7 +1379,6 @@ tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *fina
                 kernel<<<(unsigned)(a.C * plan.chunks), threads>>>(a, plan);
             }
         } else {
-            const int threads = row_threads(a.L, row_ept<T>());
             row_plan plan = make_row_fwd_direct_plan<T>(a, in->x, out, threads);
             if (a.B * a.C * plan.chunks > INT32_MAX) return too_large(a);
             row_fwd_direct<T, KB><<<(unsigned)(a.B * a.C * plan.chunks), threads>>>(a, plan);
@@ -1405,7 +1403,7 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
     conv_args a = make_args(in, dout, dx, dfinal);
     const bool rows = time_contiguous(in->x) && time_contiguous(dout) && time_contiguous(dx);
     int64_t parts;
-    const int threads = row_threads(a.L, row_shape<T, KB>::EPT);
+    const int threads = row_threads<T>(a.L);
     row_plan rplan = {};
     tile_plan tplan = {};
     if (rows) {
