@@ -237,9 +237,11 @@ static bool bench_case_rows(tg_tape *tape, tg_rng *rng, bench_size s, tg_dtype d
 {
     bench_case c = {0};
     bool made = make_sets(tape, rng, &c, dtype, s, layout, l2_bytes);
-    for (int k = 0; k < COUNT_OF(bench_widths); k++) {
-        if (o->only_width && o->only_width != bench_widths[k]) continue;
-        bench_row r = {.size = s, .dtype = dtype, .layout = layout, .width = bench_widths[k], .non_finite = -1};
+    /* --width K measures that K alone, also one outside the default list (e.g. 16). */
+    const int64_t *widths = o->only_width ? &o->only_width : bench_widths;
+    const int count = o->only_width ? 1 : COUNT_OF(bench_widths);
+    for (int k = 0; k < count; k++) {
+        bench_row r = {.size = s, .dtype = dtype, .layout = layout, .width = widths[k], .non_finite = -1};
         if (!made || !make_parameters(tape, rng, &c, dtype, s.channels, r.width)) {
             r.fwd = r.fwd_bwd = bench_timing_failed(tg_last_error());
         } else {
@@ -272,7 +274,7 @@ static void usage(void)
                     "  --runs N       timed runs per measurement (default 100)\n"
                     "  --budget-ms MS device time one measurement may take before it gets fewer runs\n"
                     "                 (default 1500; never fewer than 10 runs)\n"
-                    "  --size BxCxL, --dtype f32|bf16, --layout cf|cl, --width K\n"
+                    "  --size BxCxL, --dtype f32|bf16, --layout cf|cl, --width K (any K up to 16)\n"
                     "                 run only the matching rows (e.g. under a profiler)\n");
 }
 

@@ -116,6 +116,20 @@ Test(cuda_conv1d, every_width_from_1_to_16)
             check_case((conv_case){2, 5, 37 + K, K, (layout)lay, TG_F32, true, true, true, true});
 }
 
+/* bf16 rows at every K (from K = 5 on the tensor-core kernels): lengths that end inside a
+ * 16-step segment, rows of several spans, rows shorter than K, aligned and misaligned. */
+Test(cuda_conv1d, bf16_rows_at_every_width)
+{
+    tt_require_cuda();
+    for (int64_t K = 1; K <= 16; K++)
+        for (int lay = 0; lay < 4; lay += 3) {
+            check_case((conv_case){2, 5, 37 + K, K, (layout)lay, TG_BF16, true, true, true, true});
+            check_case((conv_case){1, 3, 4096 + 16 * K + 5, K, (layout)lay, TG_BF16, K % 2 == 0, K % 3 != 0, K % 4 == 0,
+                                   true});
+            check_case((conv_case){3, 2, K > 1 ? K - 1 : 1, K, (layout)lay, TG_BF16, true, true, true, true});
+        }
+}
+
 Test(cuda_conv1d, edge_shapes)
 {
     tt_require_cuda();

@@ -26,6 +26,8 @@
 #include "kernels/conv1d.h"
 #include "kernels/cuda/common.cuh"
 
+#include <type_traits>
+
 
 namespace {
 
@@ -586,6 +588,379 @@ __global__ void __launch_bounds__(kBlock) row_fwd_direct(conv_args a, row_plan p
     }
 }
 
+// ---- bf16 on tensor cores --------------------------------------------------------
+//
+// With 16-bit storage the row backward is bound by instruction issue, and most of its
+// instructions are the three convolutions with the channel's taps: z rebuilt from x, dx from
+// g, and the per-lag sums of dw (about 3·K multiply-adds per step, plus the K − 1 steps of z
+// and g rebuilt past each thread's own). All three are small matrix products in disguise, so
+// in bf16 the tensor cores do them. A warp's 512 steps of a span are two tiles of 16 segments
+// (rows j) × 16 steps (columns n); for a tile starting at step T0:
+//   z[j][n]  = bias + Σ_k X[j][k]·Wc[k][n] + Σ_k Xp[j][k]·Wp[k][n]
+//              X[j][k] = x[T0 + 16j + k], Xp the segment before (X one row earlier),
+//              Wc[k][n] = wl[n − k], Wp[k][n] = wl[n − k + 16]
+//   dx[j][n] = Σ_k G[j][k]·Vc[k][n] + Σ_k Gn[j][k]·Vn[k][n]
+//              G[j][k] = g[T0 + 16j + k], Gn the segment after,
+//              Vc[k][n] = wl[k − n], Vn[k][n] = wl[k + 16 − n]
+//   dwl[i]   = Σ_n P[n][n − i] + Σ_n Pp[n][n − i + 16],   P += Gᵀ·X and Pp += Gᵀ·Xp per tile
+//              (P[n][k'] sums g[16j + n]·x[16j + k'] over the segments: its diagonals are the
+//              lag sums dw needs, and it is reduced to them once, at the end of the block)
+//   dbias    = Σ_j Σ_n G[j][n], the same product with a matrix of ones in place of X,
+// with wl[i] = 0 outside 0 … K − 1. x and the taps are bf16 values, so their products are
+// exact and z is summed in float32 as before. g is a float32: it enters the products as two
+// bf16 parts, g = hi + lo + O(2⁻¹⁷·g), which keeps dx and dw within about 2⁻¹⁶ of the float32
+// result (they are stored in bf16, 2⁻⁹). The slope of SiLU stays per element, in float32.
+//   The operands come from shared memory by ldmatrix (x and dout are staged there already, a
+// segment being 32 contiguous bytes); g goes from the product's result layout to the operand
+// layout of the next without leaving registers (the two layouts agree for row-major tiles),
+// its transpose for dw by movmatrix, and Gn by shuffles, except for the segment after the
+// warp's last, whose first K − 1 steps the warp computes on its own.
+//   Fragment layouts (PTX ISA, mma.m16n8k16): lane = 4·gr + q holds, of a 16 × 16 row-major
+// operand A, rows gr and gr + 8 at columns 2q, 2q + 1 and 2q + 8, 2q + 9 (four registers of two
+// bf16: a0 rows gr, a1 rows gr + 8, a2 and a3 the same 8 columns on); of a 16 × 8 operand B,
+// rows 2q, 2q + 1 (b0) and 2q + 8, 2q + 9 (b1) of column gr; of the 16 × 8 float result,
+// rows gr (d0, d1) and gr + 8 (d2, d3) at columns 2q, 2q + 1. So result tiles n 0–7 and 8–15 of
+// one product are, packed in pairs, the A operand a0 … a3 of the next.
+
+// Four (or two) 8 × 8 matrices of 16-bit values from shared memory, lanes 8m … 8m + 7 giving
+// the rows of matrix m; the transposed forms deliver them as B operands.
+__device__ inline void load_matrices(unsigned (&r)[4], const void *rows)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(shared_address(rows))
+                 : "memory");
+}
+__device__ inline void load_matrices_transposed(unsigned (&r)[4], const void *rows)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(shared_address(rows))
+                 : "memory");
+}
+__device__ inline void load_matrices(unsigned (&r)[2], const void *rows)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(shared_address(rows))
+                 : "memory");
+}
+__device__ inline void load_matrices_transposed(unsigned (&r)[2], const void *rows)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(shared_address(rows))
+                 : "memory");
+}
+
+// The transpose of an 8 × 8 matrix of 16-bit values held one pair per lane.
+__device__ inline unsigned transposed(unsigned pair)
+{
+    unsigned t;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(t) : "r"(pair));
+    return t;
+}
+
+// d = a·b + c: a 16 × 16 bf16 tile times a 16 × 8 one, summed in float32 onto c.
+__device__ inline void multiply(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2], const float (&c)[4])
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%10, %11, %12, %13};\n"
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]),
+                   "f"(c[3]));
+}
+// d += a·b.
+__device__ inline void multiply_add(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2])
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// A pair of floats as two bf16 pairs, hi + lo (the lower step in the lower half of each).
+__device__ inline void split_pair(float g0, float g1, unsigned &hi, unsigned &lo)
+{
+    hi = pack2(g0, g1, __nv_bfloat16());
+    float h0, h1;
+    unpack2(hi, h0, h1, __nv_bfloat16());
+    lo = pack2(g0 - h0, g1 - h1, __nv_bfloat16());
+}
+
+// The channel's tap at look-back distance d as raw bf16 bits, 0 outside 0 … K − 1.
+__device__ inline unsigned tap_bits(const conv_args &a, int64_t c, int d)
+{
+    const unsigned short *w = (const unsigned short *)a.w + c * a.ws0;
+    return d >= 0 && d < a.K ? w[(a.K - 1 - d) * a.ws1] : 0u;
+}
+// The B operand of n-tile nt whose element (k, n) is the tap at distance sign·(n − k) + offset.
+__device__ inline void tap_operand(const conv_args &a, int64_t c, int nt, int sign, int offset, unsigned (&b)[2])
+{
+    const int lane = threadIdx.x % 32, n = 8 * nt + lane / 4, k = 2 * (lane % 4);
+    auto tap = [&](int kk) { return tap_bits(a, c, sign * (n - kk) + offset); };
+    b[0] = tap(k) | tap(k + 1) << 16;
+    b[1] = tap(k + 8) | tap(k + 9) << 16;
+}
+
+// This lane's row addresses for ldmatrix, in steps from a tile's first: its row of the four
+// 8 × 8 matrices of the tile (own), and of the segments before (before: with `wide`, all 16
+// columns; else columns 8–15, the only ones taps of K ≤ 9 reach, as the last two matrices).
+struct tile_rows {
+    int own, before;
+    __device__ tile_rows(bool wide)
+    {
+        const int lane = threadIdx.x % 32, m = lane / 8, row = lane % 8 + 8 * (m & 1);
+        own = 16 * row + 8 * (m >> 1);
+        before = 16 * row - 16 + (wide ? 8 * (m >> 1) : 8);
+    }
+};
+
+// z = bias + X·Wc + Xp·Wp on tiles of a channel: the taps as B operands.
+template <int KB> struct tensor_core_z {
+    // With K ≤ 9 the taps reach back (and, for dx, ahead) at most 8 steps, so only the
+    // neighbouring segments' columns 8–15 (and 0–7) take part; K = 16 needs them whole.
+    static constexpr bool kWide = KB > 9;
+    unsigned wc[2][2], wp[2][2]; // per n-tile
+    float bias;
+
+    __device__ __forceinline__ void setup(const conv_args &a, int64_t c)
+    {
+        bias = a.bias ? tg_to_float(((const __nv_bfloat16 *)a.bias)[c * a.bs0]) : 0.0f;
+        for (int nt = 0; nt < 2; nt++) {
+            tap_operand(a, c, nt, 1, 0, wc[nt]);
+            tap_operand(a, c, nt, 1, 16, wp[nt]);
+        }
+    }
+    // The operands X and Xp of the tile from xt (its first step; the 16 steps before it staged).
+    __device__ __forceinline__ static void load_x(const __nv_bfloat16 *xt, const tile_rows &rows, unsigned (&x)[4],
+                                                  unsigned (&xp)[4])
+    {
+        load_matrices(x, xt + rows.own);
+        if constexpr (kWide) {
+            load_matrices(xp, xt + rows.before);
+        } else {
+            unsigned half[2];
+            load_matrices(half, xt + rows.before);
+            xp[0] = xp[1] = 0, xp[2] = half[0], xp[3] = half[1];
+        }
+    }
+    __device__ __forceinline__ void tile(const unsigned (&x)[4], const unsigned (&xp)[4], float (&z)[2][4]) const
+    {
+        const float biases[4] = {bias, bias, bias, bias};
+        multiply(z[0], x, wc[0], biases);
+        multiply_add(z[0], xp, wp[0]);
+        multiply(z[1], x, wc[1], biases);
+        if constexpr (kWide) multiply_add(z[1], xp, wp[1]);
+    }
+};
+
+// Stores a tile's 16 × 16 results (first step t0 of row `out`, the result layout of two
+// n-tiles): pairs of steps when `pairs` (the tile inside the row, an aligned row, nothing to
+// add); else step by step inside the row, each value passed through finish(step, value).
+template <typename Finish>
+__device__ inline void store_tile(__nv_bfloat16 *out, int64_t L, bool pairs, int64_t t0, const float (&v)[2][4],
+                                  Finish finish)
+{
+    const int lane = threadIdx.x % 32, gr = lane / 4, q = lane % 4;
+    if (pairs) { // uniform across the warp
+        unsigned *p = (unsigned *)(out + t0 + 16 * gr + 2 * q);
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) p[64 * h + 4 * nt] = pack2(v[nt][2 * h], v[nt][2 * h + 1], __nv_bfloat16());
+        return;
+    }
+#pragma unroll
+    for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int64_t u = t0 + 16 * (gr + 8 * (e / 2)) + 8 * nt + 2 * q + e % 2;
+            if (u < L) out[u] = tg_from_float<__nv_bfloat16>(finish(u, v[nt][e]));
+        }
+}
+
+template <int KB, bool SILU> struct tensor_core_backward {
+    static constexpr bool kWide = tensor_core_z<KB>::kWide;
+    static constexpr unsigned kOnes = 0x3f803f80u; // two bf16 ones
+
+    tensor_core_z<KB> zt;
+    unsigned vc[2][2], vn[2][2];          // the taps for dx as B operands, per n-tile
+    float p[2][4], pp[2][4], ones_sum[4]; // P, Pp (per n-tile) and Σ_j G[j][n]
+    float wl[KB];                         // for z on the segment after the warp's
+
+    __device__ __forceinline__ void setup(const conv_args &a, int64_t c)
+    {
+        zt.setup(a, c);
+        load_taps<__nv_bfloat16, KB>(a, c, wl);
+        for (int nt = 0; nt < 2; nt++) {
+            tap_operand(a, c, nt, -1, 0, vc[nt]);
+            tap_operand(a, c, nt, -1, 16, vn[nt]);
+#pragma unroll
+            for (int e = 0; e < 4; e++) p[nt][e] = pp[nt][e] = 0.0f;
+        }
+#pragma unroll
+        for (int e = 0; e < 4; e++) ones_sum[e] = 0.0f;
+    }
+
+    // g on one tile, as hi and lo A operands (SiLU's slope recomputed from z; without SiLU g is
+    // dout itself, exact in bf16, and lo is not used); adds its terms of P, Pp and Σ G.
+    __device__ __forceinline__ void gradient_tile(const __nv_bfloat16 *xt, const __nv_bfloat16 *dt, unsigned (&hi)[4],
+                                  unsigned (&lo)[4])
+    {
+        const tile_rows rows(kWide);
+        load_matrices(hi, dt + rows.own); // dout, in the A layout
+        if constexpr (SILU) {
+            unsigned x[4], xp[4];
+            float z[2][4];
+            zt.load_x(xt, rows, x, xp);
+            zt.tile(x, xp, z);
+#pragma unroll
+            for (int r = 0; r < 4; r++) { // A register r holds result tile r / 2, rows r % 2
+                const float *zr = &z[r / 2][2 * (r % 2)];
+                float d0, d1;
+                unpack2(hi[r], d0, d1, __nv_bfloat16());
+                split_pair(d0 * activation_slope(zr[0], true), d1 * activation_slope(zr[1], true), hi[r], lo[r]);
+            }
+        }
+        // dw and dbias: Gᵀ as an A operand (the 8 × 8 blocks transposed and the two off the
+        // diagonal swapped), X and Xp as B operands.
+        unsigned xb[4], xpb[4];
+        load_matrices_transposed(xb, xt + rows.own);
+        if constexpr (kWide) {
+            load_matrices_transposed(xpb, xt + rows.before);
+        } else {
+            unsigned half[2];
+            load_matrices_transposed(half, xt + rows.before);
+            xpb[2] = half[0], xpb[3] = half[1];
+        }
+        const unsigned ones[2] = {kOnes, kOnes};
+        auto add_lag_sums = [&](const unsigned (&gr)[4]) {
+            const unsigned gt[4] = {transposed(gr[0]), transposed(gr[2]), transposed(gr[1]), transposed(gr[3])};
+            multiply_add(p[0], gt, {xb[0], xb[1]});
+            multiply_add(p[1], gt, {xb[2], xb[3]});
+            if constexpr (kWide) multiply_add(pp[0], gt, {xpb[0], xpb[1]});
+            multiply_add(pp[1], gt, {xpb[2], xpb[3]});
+            multiply_add(ones_sum, gt, ones);
+        };
+        add_lag_sums(hi);
+        if constexpr (SILU) add_lag_sums(lo);
+    }
+
+    // g on the first K − 1 steps after the warp's 512 (the next warp's first, or the next
+    // span's), which the warp's last segment needs for dx: the pairs (2q, 2q + 1) and, with
+    // kWide, (2q + 8, 2q + 9) at every lane, split as the tiles' are.
+    __device__ __forceinline__ void gradient_after(const __nv_bfloat16 *xe, const __nv_bfloat16 *de, unsigned (&hi)[2],
+                                   unsigned (&lo)[2]) const
+    {
+        const int lane = threadIdx.x % 32, s = lane % 16, q = lane % 4;
+        float gs = 0.0f;
+        if (s < KB - 1) {
+            const float d = tg_to_float(de[s]);
+            if constexpr (SILU) {
+                float z = zt.bias;
+#pragma unroll
+                for (int i = 0; i < KB; i++) z += wl[i] * tg_to_float(xe[s - i]);
+                gs = d * activation_slope(z, true);
+            } else {
+                gs = d;
+            }
+        }
+        split_pair(__shfl_sync(~0u, gs, 2 * q), __shfl_sync(~0u, gs, 2 * q + 1), hi[0], lo[0]);
+        if constexpr (kWide)
+            split_pair(__shfl_sync(~0u, gs, 2 * q + 8), __shfl_sync(~0u, gs, 2 * q + 9), hi[1], lo[1]);
+    }
+
+    // dx += G·Vc + Gn·Vn on one tile. Gn's rows gr + 1 come from lane + 4; the last row group
+    // takes row 8 from lane q's second register and row 16 from `next`, the pairs of the row
+    // after the tile (at every lane, for its q).
+    __device__ __forceinline__ void input_gradient_tile(const unsigned (&gr)[4], const unsigned (&next)[2], float (&dx)[2][4]) const
+    {
+        const int lane = threadIdx.x % 32, q = lane % 4;
+        const bool last_rows = lane / 4 == 7;
+        unsigned gn[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int h = 0; h < (kWide ? 2 : 1); h++) { // columns 0–7, and with kWide 8–15
+            const unsigned down0 = __shfl_down_sync(~0u, gr[2 * h], 4), down1 = __shfl_down_sync(~0u, gr[2 * h + 1], 4);
+            const unsigned row8 = __shfl_sync(~0u, gr[2 * h + 1], q);
+            gn[2 * h] = last_rows ? row8 : down0;
+            gn[2 * h + 1] = last_rows ? next[h] : down1;
+        }
+        multiply_add(dx[0], gr, vc[0]);
+        multiply_add(dx[1], gr, vc[1]);
+        if constexpr (kWide) multiply_add(dx[0], gn, vn[0]);
+        multiply_add(dx[1], gn, vn[1]);
+    }
+
+    // The warp's 512 steps of a span from step t_first: x and dout point at that step in the
+    // staged buffers (x with the steps before it staged too).
+    __device__ __forceinline__ void pass(const conv_args &a, const row_plan &plan, const __nv_bfloat16 *x, const __nv_bfloat16 *d,
+                         int64_t b, int64_t c, int64_t t_first, int64_t final_from)
+    {
+        const int q = threadIdx.x % 4;
+        unsigned hi[2][4], lo[2][4], after_hi[2] = {0, 0}, after_lo[2] = {0, 0};
+        gradient_tile(x, d, hi[0], lo[0]);
+        gradient_tile(x + 256, d + 256, hi[1], lo[1]);
+        gradient_after(x + 512, d + 512, after_hi, after_lo);
+        const bool pairs = plan.vec_dx && t_first + 512 <= a.L && t_first + 512 <= final_from;
+        __nv_bfloat16 *out = row_of<__nv_bfloat16>(a.dx, b, c);
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++) {
+            unsigned next_hi[2] = {after_hi[0], after_hi[1]}, next_lo[2] = {after_lo[0], after_lo[1]};
+            if (mt == 0) {
+                next_hi[0] = __shfl_sync(~0u, hi[1][0], q), next_lo[0] = __shfl_sync(~0u, lo[1][0], q);
+                if constexpr (kWide)
+                    next_hi[1] = __shfl_sync(~0u, hi[1][2], q), next_lo[1] = __shfl_sync(~0u, lo[1][2], q);
+            }
+            float dx[2][4] = {};
+            input_gradient_tile(hi[mt], next_hi, dx);
+            if constexpr (SILU) input_gradient_tile(lo[mt], next_lo, dx);
+            store_tile(out, a.L, pairs, t_first + 256 * mt, dx, [&](int64_t u, float v) {
+                return u >= final_from ? v + ld<__nv_bfloat16>(a.dfinal, b, c, u - final_from) : v;
+            });
+        }
+    }
+
+    // The block's dw and dbias partials for this thread: the lag diagonals of P and Pp it
+    // holds, and Σ G from the lanes holding column 0 of the ones product.
+    __device__ __forceinline__ void partials(float (&partial)[KB + 1]) const
+    {
+        const int lane = threadIdx.x % 32, gr = lane / 4, q = lane % 4;
+#pragma unroll
+        for (int i = 0; i < KB; i++) partial[i] = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int lag = gr + 8 * (e / 2) - (8 * nt + 2 * q + e % 2); // n − k'
+#pragma unroll
+                for (int i = 0; i < KB; i++) { // selects: a branch on lag made the compiler index partial[] in memory
+                    partial[i] += lag == i ? p[nt][e] : 0.0f;
+                    if (kWide || nt == 1) partial[i] += lag + 16 == i ? pp[nt][e] : 0.0f;
+                }
+            }
+        partial[KB] = q == 0 ? ones_sum[0] + ones_sum[2] : 0.0f;
+    }
+};
+
+// The tensor-core kernels need mma with bf16 operands (sm_80 on); built for an older GPU, bf16
+// takes the float paths, as f16 and f32 always do. They pay where the float maths grows with
+// K: the backward from K = 5 on (bucket 8; at K ≤ 4 its float form is faster, bench/NOTES.md),
+// the staged forward at K > 8.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define TG_TENSOR_CORES 0
+#else
+#define TG_TENSOR_CORES 1
+#endif
+template <typename T, int KB> __host__ __device__ constexpr bool backward_on_tensor_cores()
+{
+    return TG_TENSOR_CORES && std::is_same<T, __nv_bfloat16>::value && KB >= 8;
+}
+template <typename T, int KB> __host__ __device__ constexpr bool forward_on_tensor_cores()
+{
+    return TG_TENSOR_CORES && std::is_same<T, __nv_bfloat16>::value && KB > 8;
+}
+
 // The staged forward, for long aligned 16-bit rows (at K = 8 its shared-memory halo beats the
 // direct forward's seven shuffles and first-lane loads per pass: 93% of copy bandwidth
 // against 73%, bench/NOTES.md v10). Its walk is a producer/consumer pipeline
@@ -601,8 +976,10 @@ constexpr int kForwardStages = 4, kForwardAhead = 2;
 // Thread 0 alone stages x[first, first + count) of an aligned row (b, c) into dst: the whole
 // vectors inside the row by one bulk copy, the history before step 0 and a last, partial
 // vector element by element. Steps from L on are left unstaged: the forward computes
-// outputs there but never stores them, so what the buffer holds there does not matter.
-template <typename T>
+// outputs there but never stores them, so what the buffer holds there does not matter,
+// except on tensor cores (ZERO_TAIL), where a product with a zero tap still turns a NaN
+// into a NaN: there they are zeroed.
+template <typename T, bool ZERO_TAIL>
 __device__ inline void stage_span_alone(const conv_args &a, int64_t b, int64_t c, int64_t first, int count, T *dst,
                                         uint64_t *ready)
 {
@@ -619,6 +996,11 @@ __device__ inline void stage_span_alone(const conv_args &a, int64_t b, int64_t c
     }
     for (int64_t u = first; u < lo && u < end; u++) dst[u - first] = tg_from_float<T>(history_at<T>(a, b, c, u));
     for (int64_t u = hi > lo ? hi : lo; u < end && u < a.L; u++) dst[u - first] = row[u];
+    if constexpr (ZERO_TAIL) {
+        int64_t u = a.L > first ? a.L : first;
+        for (; u < end && (u - first) % V; u++) dst[u - first] = tg_from_float<T>(0.0f);
+        for (; u < end; u += V) *(uint4 *)(dst + (u - first)) = make_uint4(0, 0, 0, 0);
+    }
 }
 
 // The walk: stage(span, buffer) runs on thread 0 only; compute(span, buffer) on every thread
@@ -674,13 +1056,37 @@ __global__ void __launch_bounds__(kBlock) row_fwd_staged(conv_args a, row_plan p
     const row_run run = row_run_of(a, plan);
     const int64_t c = run.c;
     const int ch = plan.chunk_len, xn = ch + H;
+    constexpr bool kTensorCores = forward_on_tensor_cores<T, KB>();
     auto stage = [&](row_span span, int buf) { // thread 0
         const int64_t first = (int64_t)span.index * ch - H;
         if (plan.is_inner(span.index)) // the common case: one copy
             bulk_copy_to_shared(xs[buf], row_of<T>(a.x, span.b, c) + first, xn * sizeof(T), &ready[buf]);
         else
-            stage_span_alone<T>(a, span.b, c, first, xn, xs[buf], &ready[buf]);
+            stage_span_alone<T, kTensorCores>(a, span.b, c, first, xn, xs[buf], &ready[buf]);
     };
+    if constexpr (kTensorCores) { // a warp's 512 steps as two tiles of 16 × 16 (tensor_core_z)
+        tensor_core_z<KB> zt;
+        const int warp_first = threadIdx.x / 32 * 32 * EPT;
+        auto compute = [&](row_span span, int buf) {
+            const int64_t t_first = (int64_t)span.index * ch + warp_first;
+            if (t_first >= a.L) return; // uniform across the warp
+            const tile_rows rows(tensor_core_z<KB>::kWide);
+            const bool pairs = plan.vec_y && t_first + 32 * EPT <= a.L;
+            __nv_bfloat16 *out = row_of<__nv_bfloat16>(a.y, span.b, c);
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                unsigned x[4], xp[4];
+                float z[2][4];
+                zt.load_x(xs[buf] + H + warp_first + 256 * mt, rows, x, xp);
+                zt.tile(x, xp, z);
+#pragma unroll
+                for (int e = 0; e < 8; e++) z[e / 4][e % 4] = activate(z[e / 4][e % 4], SILU);
+                store_tile(out, a.L, pairs, t_first + 256 * mt, z, [](int64_t, float v) { return v; });
+            }
+        };
+        walk_spans_pipelined(run, plan, ready, consumed, stage, [&] { zt.setup(a, c); }, compute);
+        return;
+    }
     float wl[KB];
     float bias = 0.0f;
     auto compute = [&](row_span span, int buf) {
@@ -718,20 +1124,25 @@ __device__ inline void block_partials_to_workspace(float (&partial)[N], float *w
     }
 }
 
-// The backward stages x over [t0 − H, t0 + ch + H) and dout over [t0, t0 + ch + H)
-// of each span; each thread rebuilds z and g for its EPT steps and the K − 1 after them.
-template <typename T, int KB, bool SILU>
-__global__ void __launch_bounds__(kBlock) row_bwd(conv_args a, row_plan plan, float *ws)
-{
-    next_kernel_may_start();
-    using S = row_shape<T, KB>;
-    constexpr int EPT = S::EPT, H = S::H;
-    __shared__ uint64_t ready[kStages];
-    const row_run run = row_run_of(a, plan);
-    const int64_t c = run.c;
-    const int ch = plan.chunk_len, xn = ch + 2 * H, dn = ch + H; // x from t0 − H, dout from t0
-    T *const xs = (T *)row_stage_memory, *const ds = xs + kStages * xn; // kStages buffers each
-    auto stage = [&](row_span span, int buf) {
+// The backward's buffers and staging, shared by both backward kernels: x over
+// [t0 − H, t0 + ch + H) and dout over [t0, t0 + ch + H) of each span, kStages of each.
+template <typename T, int KB> struct backward_stage {
+    static constexpr int H = row_shape<T, KB>::H;
+    const conv_args &a;
+    const row_plan &plan;
+    int64_t c;
+    int ch, xn, dn; // span, x and dout buffer lengths
+    T *xs, *ds;
+    uint64_t *ready;
+    __device__ backward_stage(const conv_args &a_, const row_plan &plan_, int64_t c_, uint64_t *ready_)
+        : a(a_), plan(plan_), c(c_), ch(plan_.chunk_len), xn(ch + 2 * H), dn(ch + H), xs((T *)row_stage_memory),
+          ds(xs + kStages * xn), ready(ready_)
+    {
+    }
+    __device__ const T *x(int buf) const { return xs + buf * xn; } // from the span's first step − H
+    __device__ const T *dout(int buf) const { return ds + buf * dn; } // from the span's first step
+    __device__ void operator()(row_span span, int buf) const
+    {
         const int64_t base = (int64_t)span.index * ch;
         if (plan.is_inner(span.index)) { // the common case: thread 0 issues two copies, no edges
             if (threadIdx.x == 0) {
@@ -742,11 +1153,52 @@ __global__ void __launch_bounds__(kBlock) row_bwd(conv_args a, row_plan plan, fl
         }
         stage_span<T, true>(a, a.x, plan.vec_x, span.b, c, base - H, xn, xs + buf * xn, &ready[buf]);
         stage_span<T, false>(a, a.y, plan.vec_y, span.b, c, base, dn, ds + buf * dn, &ready[buf]);
+    }
+};
+
+// The last K−1 steps also get the final states' gradient: dfinal[j] is x[L − (K−1) + j]'s.
+__device__ inline int64_t final_states_from(const conv_args &a) { return a.dfinal.p ? a.L - (a.K - 1) : a.L; }
+
+// The bf16 backward from K = 5 on: each warp its 512 steps of a span on tensor cores
+// (tensor_core_backward). 6 resident blocks (80 registers) measured 2–15% faster than 5 (96).
+template <typename T, int KB, bool SILU>
+__global__ void __launch_bounds__(kBlock, 6) row_bwd_tensor_cores(conv_args a, row_plan plan, float *ws)
+{
+    next_kernel_may_start();
+    constexpr int EPT = row_shape<T, KB>::EPT, H = row_shape<T, KB>::H;
+    __shared__ uint64_t ready[kStages];
+    const row_run run = row_run_of(a, plan);
+    const backward_stage<T, KB> stage(a, plan, run.c, ready);
+    const int64_t final_from = final_states_from(a);
+    tensor_core_backward<KB, SILU> tc;
+    const int warp_first = threadIdx.x / 32 * 32 * EPT; // a warp's steps, as the float kernel's threads'
+    auto compute = [&](row_span span, int buf) {
+        const int64_t t_first = (int64_t)span.index * plan.chunk_len + warp_first;
+        if (t_first >= a.L) return; // uniform across the warp
+        tc.pass(a, plan, stage.x(buf) + H + warp_first, stage.dout(buf) + warp_first, span.b, run.c, t_first, final_from);
     };
+    walk_spans(run, plan, ready, stage, [&] { tc.setup(a, run.c); }, compute);
+    float partial[KB + 1];
+    tc.partials(partial);
+    block_partials_to_workspace<KB + 1>(partial, ws, plan.chunks, run.block_in_channel, run.c);
+}
+
+// The float backward: each thread rebuilds z and g for its EPT steps and the K − 1 after them.
+template <typename T, int KB, bool SILU>
+__global__ void __launch_bounds__(kBlock) row_bwd(conv_args a, row_plan plan, float *ws)
+{
+    next_kernel_may_start();
+    using S = row_shape<T, KB>;
+    constexpr int EPT = S::EPT, H = S::H;
+    __shared__ uint64_t ready[kStages];
+    const row_run run = row_run_of(a, plan);
+    const int64_t c = run.c;
+    const backward_stage<T, KB> stage(a, plan, c, ready);
+    const int ch = plan.chunk_len, xn = stage.xn, dn = stage.dn;
+    const T *const xs = stage.xs, *const ds = stage.ds;
+    const int64_t final_from = final_states_from(a);
     float wl[KB]; // taps and bias scaled by −log2 e (scaled_activation_slope)
     float bias = 0.0f;
-    // The last K−1 steps also get the final states' gradient: dfinal[j] is x[L − (K−1) + j]'s.
-    const int64_t final_from = a.dfinal.p ? a.L - (a.K - 1) : a.L;
     float partial[KB + 1]; // dwl[0 … KB−1], dbias, times −ln 2: sums over every span of the block
 #pragma unroll
     for (int i = 0; i <= KB; i++) partial[i] = 0.0f;
@@ -1363,7 +1815,12 @@ tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *fina
     if (time_contiguous(in->x) && time_contiguous(out)) {
         const int threads = row_threads<T>(a.L);
         bool staged = false;
-        if constexpr (sizeof(T) == 2) staged = a.L >= kStagedForwardMinL && rows_aligned(in->x, vec_width<T>());
+        // On tensor cores the staged forward is the faster one from full blocks on (L = 2048:
+        // 45 against 62 µs at 8×1536×2048, K = 16); with fewer threads per block it measured
+        // slower (77 against 64 µs at 32×768×1024).
+        if constexpr (sizeof(T) == 2)
+            staged = (a.L >= kStagedForwardMinL || (forward_on_tensor_cores<T, KB>() && threads == kBlock)) &&
+                     rows_aligned(in->x, vec_width<T>());
         if (staged) {
             using S = row_shape<T, KB>;
             row_plan plan = make_row_plan<T>(a, in->x, out, NULL, threads, S::H, 0);
@@ -1421,7 +1878,11 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
     if (status != TG_OK) return status;
     const char *op = "tg_causal_conv1d backward";
     if (rows) {
-        auto kernel = a.silu ? row_bwd<T, KB, true> : row_bwd<T, KB, false>;
+        void (*kernel)(conv_args, row_plan, float *);
+        if constexpr (backward_on_tensor_cores<T, KB>())
+            kernel = a.silu ? row_bwd_tensor_cores<T, KB, true> : row_bwd_tensor_cores<T, KB, false>;
+        else
+            kernel = a.silu ? row_bwd<T, KB, true> : row_bwd<T, KB, false>;
         kernel<<<(unsigned)(a.C * rplan.chunks), threads, row_shape<T, KB>::backward_bytes(rplan.chunk_len)>>>(a, rplan, ws);
     } else {
         auto kernel = a.silu ? tile_bwd<T, KB, true> : tile_bwd<T, KB, false>;
