@@ -531,7 +531,8 @@ __device__ inline void forward_window(const float (&wl)[KB], float bias, const f
 // row, each making up to `passes` passes of chunk_len steps.
 // The K−1 steps left of each thread's window, x[t0 − (KB−1)] … x[t0 − 1], mostly taken from
 // the neighbouring lanes' registers (a shuffle instead of a second read); the first lanes of
-// a warp read theirs from memory (or the history). All 32 lanes must call this.
+// a warp read theirs from memory (or the history). All 32 lanes must call this, also those
+// whose window lies past the row's end (they read nothing there: their result is unused).
 template <typename T, int KB, int EPT>
 __device__ inline void left_halo(const conv_args &a, const T *x, int64_t b, int64_t c, int64_t t0, const float *body,
                                  float *halo)
@@ -541,7 +542,7 @@ __device__ inline void left_halo(const conv_args &a, const T *x, int64_t b, int6
     for (int m = 1; m < KB; m++) {
         const int q = (m + EPT - 1) / EPT; // step t0 − m is in lane − q's window, at EPT·q − m
         float v = __shfl_up_sync(0xffffffffu, body[EPT * q - m], q);
-        if (lane < q) v = t0 - m >= 0 ? tg_to_float(x[t0 - m]) : history_at<T>(a, b, c, t0 - m);
+        if (lane < q) v = t0 - m >= a.L ? 0.0f : t0 - m >= 0 ? tg_to_float(x[t0 - m]) : history_at<T>(a, b, c, t0 - m);
         halo[KB - 1 - m] = v;
     }
 }
