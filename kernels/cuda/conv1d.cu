@@ -944,22 +944,16 @@ template <int KB, bool SILU> struct tensor_core_backward {
     }
 };
 
-// The tensor-core kernels need mma with bf16 operands (sm_80 on); built for an older GPU, bf16
-// takes the float paths, as f16 and f32 always do. They pay where the float maths grows with
-// K: the backward from K = 5 on (bucket 8; at K ≤ 4 its float form is faster, bench/NOTES.md),
-// the staged forward at K > 8.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-#define TG_TENSOR_CORES 0
-#else
-#define TG_TENSOR_CORES 1
-#endif
+// Where bf16 runs on tensor cores: where the float maths grows with K, the backward from
+// K = 5 on (bucket 8; at K ≤ 4 its float form is faster, bench/NOTES.md) and the staged
+// forward at K > 8. (mma with bf16 operands needs sm_80, as the tile kernels' cp.async does.)
 template <typename T, int KB> __host__ __device__ constexpr bool backward_on_tensor_cores()
 {
-    return TG_TENSOR_CORES && std::is_same<T, __nv_bfloat16>::value && KB >= 8;
+    return std::is_same<T, __nv_bfloat16>::value && KB >= 8;
 }
 template <typename T, int KB> __host__ __device__ constexpr bool forward_on_tensor_cores()
 {
-    return TG_TENSOR_CORES && std::is_same<T, __nv_bfloat16>::value && KB > 8;
+    return std::is_same<T, __nv_bfloat16>::value && KB > 8;
 }
 
 // The staged forward, for long aligned 16-bit rows (at K = 8 its shared-memory halo beats the
@@ -1160,30 +1154,6 @@ template <typename T, int KB> struct backward_stage {
 // The last K−1 steps also get the final states' gradient: dfinal[j] is x[L − (K−1) + j]'s.
 __device__ inline int64_t final_states_from(const conv_args &a) { return a.dfinal.p ? a.L - (a.K - 1) : a.L; }
 
-// The bf16 backward from K = 5 on: each warp its 512 steps of a span on tensor cores
-// (tensor_core_backward). 6 resident blocks (80 registers) measured 2–15% faster than 5 (96).
-template <typename T, int KB, bool SILU>
-__global__ void __launch_bounds__(kBlock, 6) row_bwd_tensor_cores(conv_args a, row_plan plan, float *ws)
-{
-    next_kernel_may_start();
-    constexpr int EPT = row_shape<T, KB>::EPT, H = row_shape<T, KB>::H;
-    __shared__ uint64_t ready[kStages];
-    const row_run run = row_run_of(a, plan);
-    const backward_stage<T, KB> stage(a, plan, run.c, ready);
-    const int64_t final_from = final_states_from(a);
-    tensor_core_backward<KB, SILU> tc;
-    const int warp_first = threadIdx.x / 32 * 32 * EPT; // a warp's steps, as the float kernel's threads'
-    auto compute = [&](row_span span, int buf) {
-        const int64_t t_first = (int64_t)span.index * plan.chunk_len + warp_first;
-        if (t_first >= a.L) return; // uniform across the warp
-        tc.pass(a, plan, stage.x(buf) + H + warp_first, stage.dout(buf) + warp_first, span.b, run.c, t_first, final_from);
-    };
-    walk_spans(run, plan, ready, stage, [&] { tc.setup(a, run.c); }, compute);
-    float partial[KB + 1];
-    tc.partials(partial);
-    block_partials_to_workspace<KB + 1>(partial, ws, plan.chunks, run.block_in_channel, run.c);
-}
-
 // The float backward: each thread rebuilds z and g for its EPT steps and the K − 1 after them.
 template <typename T, int KB, bool SILU>
 __global__ void __launch_bounds__(kBlock) row_bwd(conv_args a, row_plan plan, float *ws)
@@ -1244,6 +1214,30 @@ __global__ void __launch_bounds__(kBlock) row_bwd(conv_args a, row_plan plan, fl
 #pragma unroll
     for (int i = 0; i <= KB; i++) partial[i] *= -kLog2e;
     block_partials_to_workspace<KB + 1>(partial, ws, plan.chunks, run.block_in_channel, c);
+}
+
+// The bf16 backward from K = 5 on: each warp its 512 steps of a span on tensor cores
+// (tensor_core_backward). 6 resident blocks (80 registers) measured 2–15% faster than 5 (96).
+template <typename T, int KB, bool SILU>
+__global__ void __launch_bounds__(kBlock, 6) row_bwd_tensor_cores(conv_args a, row_plan plan, float *ws)
+{
+    next_kernel_may_start();
+    constexpr int EPT = row_shape<T, KB>::EPT, H = row_shape<T, KB>::H;
+    __shared__ uint64_t ready[kStages];
+    const row_run run = row_run_of(a, plan);
+    const backward_stage<T, KB> stage(a, plan, run.c, ready);
+    const int64_t final_from = final_states_from(a);
+    tensor_core_backward<KB, SILU> tc;
+    const int warp_first = threadIdx.x / 32 * 32 * EPT; // a warp's steps, as the float kernel's threads'
+    auto compute = [&](row_span span, int buf) {
+        const int64_t t_first = (int64_t)span.index * plan.chunk_len + warp_first;
+        if (t_first >= a.L) return; // uniform across the warp
+        tc.pass(a, plan, stage.x(buf) + H + warp_first, stage.dout(buf) + warp_first, span.b, run.c, t_first, final_from);
+    };
+    walk_spans(run, plan, ready, stage, [&] { tc.setup(a, run.c); }, compute);
+    float partial[KB + 1];
+    tc.partials(partial);
+    block_partials_to_workspace<KB + 1>(partial, ws, plan.chunks, run.block_in_channel, run.c);
 }
 
 // ---- tile kernels (channel-last or any strides) ---------------------------------------------------
