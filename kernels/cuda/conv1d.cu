@@ -23,6 +23,8 @@
 // the counter readings). So the per-element work is kept lean: the sigmoid is one ex2 and
 // one reciprocal (flush-to-zero forms, no subnormal fix-ups), the activation is chosen by a
 // select rather than a branch, and the row kernels do their 64-bit index maths once per row.
+// In bf16 the row kernels' convolutions at larger K run as 16 × 16 tile products on the
+// tensor cores (section "bf16 on tensor cores"), whose cost does not grow with K.
 #include "kernels/conv1d.h"
 #include "kernels/cuda/common.cuh"
 
@@ -595,7 +597,8 @@ __global__ void __launch_bounds__(kBlock) row_fwd_direct(conv_args a, row_plan p
 // instructions are the three convolutions with the channel's taps: z rebuilt from x, dx from
 // g, and the per-lag sums of dw (about 3·K multiply-adds per step, plus the K − 1 steps of z
 // and g rebuilt past each thread's own). All three are small matrix products in disguise, so
-// in bf16 the tensor cores do them. A warp's 512 steps of a span are two tiles of 16 segments
+// in bf16 the tensor cores do them where K makes the float maths long (the backward from
+// K = 5 on, the staged forward, z alone, from K = 9 on: backward_on_tensor_cores). A warp's 512 steps of a span are two tiles of 16 segments
 // (rows j) × 16 steps (columns n); for a tile starting at step T0:
 //   z[j][n]  = bias + Σ_k X[j][k]·Wc[k][n] + Σ_k Xp[j][k]·Wp[k][n]
 //              X[j][k] = x[T0 + 16j + k], Xp the segment before (X one row earlier),
