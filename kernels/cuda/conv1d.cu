@@ -736,16 +736,23 @@ template <int KB> struct tensor_core_z {
             tap_operand(a, c, nt, 1, 16, wp[nt]);
         }
     }
-    // The operands X and Xp of the tile from xt (its first step; the 16 steps before it staged).
+    // The operands X and Xp of the tile from xt (its first step; the 16 steps before it staged):
+    // as A operands, or TRANSPOSED, as the B operands of the two n-tiles (registers 0–1, 2–3).
+    template <bool TRANSPOSED = false>
     __device__ __forceinline__ static void load_x(const __nv_bfloat16 *xt, const tile_rows &rows, unsigned (&x)[4],
                                                   unsigned (&xp)[4])
     {
-        load_matrices(x, xt + rows.own);
+        auto load = [](unsigned (&r)[4], const __nv_bfloat16 *p) {
+            if constexpr (TRANSPOSED) load_matrices_transposed(r, p);
+            else load_matrices(r, p);
+        };
+        load(x, xt + rows.own);
         if constexpr (kWide) {
-            load_matrices(xp, xt + rows.before);
+            load(xp, xt + rows.before);
         } else {
             unsigned half[2];
-            load_matrices(half, xt + rows.before);
+            if constexpr (TRANSPOSED) load_matrices_transposed(half, xt + rows.before);
+            else load_matrices(half, xt + rows.before);
             xp[0] = xp[1] = 0, xp[2] = half[0], xp[3] = half[1];
         }
     }
@@ -830,14 +837,7 @@ template <int KB, bool SILU> struct tensor_core_backward {
         // dw and dbias: Gᵀ as an A operand (the 8 × 8 blocks transposed and the two off the
         // diagonal swapped), X and Xp as B operands.
         unsigned xb[4], xpb[4];
-        load_matrices_transposed(xb, xt + rows.own);
-        if constexpr (kWide) {
-            load_matrices_transposed(xpb, xt + rows.before);
-        } else {
-            unsigned half[2];
-            load_matrices_transposed(half, xt + rows.before);
-            xpb[2] = half[0], xpb[3] = half[1];
-        }
+        zt.template load_x<true>(xt, rows, xb, xpb);
         const unsigned ones[2] = {kOnes, kOnes};
         auto add_lag_sums = [&](const unsigned (&gr)[4]) {
             const unsigned gt[4] = {transposed(gr[0]), transposed(gr[2]), transposed(gr[1]), transposed(gr[3])};
