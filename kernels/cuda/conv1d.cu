@@ -609,7 +609,8 @@ __global__ void __launch_bounds__(kBlock) row_fwd_direct(conv_args a, row_plan p
 //   dwl[i]   = Σ_n P[n][n − i] + Σ_n Pp[n][n − i + 16],   P += Gᵀ·X and Pp += Gᵀ·Xp per tile
 //              (P[n][k'] sums g[16j + n]·x[16j + k'] over the segments: its diagonals are the
 //              lag sums dw needs, and it is reduced to them once, at the end of the block)
-//   dbias    = Σ_j Σ_n G[j][n], the same product with a matrix of ones in place of X,
+//   dbias    = Σ g, in float32 per lane as g is made (a product with a tile of ones costs
+//              four accumulator registers, and at 6 resident blocks the kernel spilled),
 // with wl[i] = 0 outside 0 … K − 1. x and the taps are bf16 values, so their products are
 // exact and z is summed in float32 as before. g is a float32: it enters the products as two
 // bf16 parts, g = hi + lo + O(2⁻¹⁷·g), which keeps dx and dw within about 2⁻¹⁶ of the float32
@@ -793,29 +794,32 @@ __device__ inline void store_tile(__nv_bfloat16 *out, int64_t L, bool pairs, int
 
 template <int KB, bool SILU> struct tensor_core_backward {
     static constexpr bool kWide = tensor_core_z<KB>::kWide;
-    static constexpr unsigned kOnes = 0x3f803f80u; // two bf16 ones
-
     tensor_core_z<KB> zt;
-    unsigned vc[2][2], vn[2][2];          // the taps for dx as B operands, per n-tile
-    float p[2][4], pp[2][4], ones_sum[4]; // P, Pp (per n-tile) and Σ_j G[j][n]
-    float wl[KB];                         // for z on the segment after the warp's
+    unsigned vc[2][2], vn[2][2]; // the taps for dx as B operands, per n-tile
+    float p[2][4], pp[2][4];     // P, Pp (per n-tile)
+    float g_sum;                 // Σ g over this lane's elements, for dbias
+    const float *wl;             // the taps in shared memory, for z on the segment after the warp's
 
-    __device__ __forceinline__ void setup(const conv_args &a, int64_t c)
+    // taps: KB floats of shared memory, readable by every thread after the caller's next barrier.
+    __device__ __forceinline__ void setup(const conv_args &a, int64_t c, float *taps)
     {
         zt.setup(a, c);
-        load_taps<__nv_bfloat16, KB>(a, c, wl);
+        if (threadIdx.x < KB) {
+            const int i = threadIdx.x;
+            taps[i] = i < a.K ? tg_to_float(((const __nv_bfloat16 *)a.w)[c * a.ws0 + (a.K - 1 - i) * a.ws1]) : 0.0f;
+        }
+        wl = taps;
+        g_sum = 0.0f;
         for (int nt = 0; nt < 2; nt++) {
             tap_operand(a, c, nt, -1, 0, vc[nt]);
             tap_operand(a, c, nt, -1, 16, vn[nt]);
 #pragma unroll
             for (int e = 0; e < 4; e++) p[nt][e] = pp[nt][e] = 0.0f;
         }
-#pragma unroll
-        for (int e = 0; e < 4; e++) ones_sum[e] = 0.0f;
     }
 
     // g on one tile, as hi and lo A operands (SiLU's slope recomputed from z; without SiLU g is
-    // dout itself, exact in bf16, and lo is not used); adds its terms of P, Pp and Σ G.
+    // dout itself, exact in bf16, and lo is not used); adds its terms of P, Pp and Σ g.
     __device__ __forceinline__ void gradient_tile(const __nv_bfloat16 *xt, const __nv_bfloat16 *dt, unsigned (&hi)[4],
                                   unsigned (&lo)[4])
     {
@@ -831,21 +835,28 @@ template <int KB, bool SILU> struct tensor_core_backward {
                 const float *zr = &z[r / 2][2 * (r % 2)];
                 float d0, d1;
                 unpack2(hi[r], d0, d1, __nv_bfloat16());
-                split_pair(d0 * activation_slope(zr[0], true), d1 * activation_slope(zr[1], true), hi[r], lo[r]);
+                d0 *= activation_slope(zr[0], true), d1 *= activation_slope(zr[1], true);
+                g_sum += d0 + d1;
+                split_pair(d0, d1, hi[r], lo[r]);
+            }
+        } else {
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                float d0, d1;
+                unpack2(hi[r], d0, d1, __nv_bfloat16());
+                g_sum += d0 + d1;
             }
         }
         // dw and dbias: Gᵀ as an A operand (the 8 × 8 blocks transposed and the two off the
         // diagonal swapped), X and Xp as B operands.
         unsigned xb[4], xpb[4];
         zt.template load_x<true>(xt, rows, xb, xpb);
-        const unsigned ones[2] = {kOnes, kOnes};
         auto add_lag_sums = [&](const unsigned (&gr)[4]) {
             const unsigned gt[4] = {transposed(gr[0]), transposed(gr[2]), transposed(gr[1]), transposed(gr[3])};
             multiply_add(p[0], gt, {xb[0], xb[1]});
             multiply_add(p[1], gt, {xb[2], xb[3]});
             if constexpr (kWide) multiply_add(pp[0], gt, {xpb[0], xpb[1]});
             multiply_add(pp[1], gt, {xpb[2], xpb[3]});
-            multiply_add(ones_sum, gt, ones);
         };
         add_lag_sums(hi);
         if constexpr (SILU) add_lag_sums(lo);
@@ -926,7 +937,7 @@ template <int KB, bool SILU> struct tensor_core_backward {
     }
 
     // The block's dw and dbias partials for this thread: the lag diagonals of P and Pp it
-    // holds, and Σ G from the lanes holding column 0 of the ones product.
+    // holds, and its Σ g.
     __device__ __forceinline__ void partials(float (&partial)[KB + 1]) const
     {
         const int lane = threadIdx.x % 32, gr = lane / 4, q = lane % 4;
@@ -943,7 +954,7 @@ template <int KB, bool SILU> struct tensor_core_backward {
                     if (kWide || nt == 1) partial[i] += lag + 16 == i ? pp[nt][e] : 0.0f;
                 }
             }
-        partial[KB] = q == 0 ? ones_sum[0] + ones_sum[2] : 0.0f;
+        partial[KB] = g_sum;
     }
 };
 
@@ -1227,6 +1238,7 @@ __global__ void __launch_bounds__(kBlock, 6) row_bwd_tensor_cores(conv_args a, r
     next_kernel_may_start();
     constexpr int EPT = row_shape<T, KB>::EPT, H = row_shape<T, KB>::H;
     __shared__ uint64_t ready[kStages];
+    __shared__ float taps[KB];
     const row_run run = row_run_of(a, plan);
     const backward_stage<T, KB> stage(a, plan, run.c, ready);
     const int64_t final_from = final_states_from(a);
@@ -1237,7 +1249,7 @@ __global__ void __launch_bounds__(kBlock, 6) row_bwd_tensor_cores(conv_args a, r
         if (t_first >= a.L) return; // uniform across the warp
         tc.pass(a, plan, stage.x(buf) + H + warp_first, stage.dout(buf) + warp_first, span.b, run.c, t_first, final_from);
     };
-    walk_spans(run, plan, ready, stage, [&] { tc.setup(a, run.c); }, compute);
+    walk_spans(run, plan, ready, stage, [&] { tc.setup(a, run.c, taps); }, compute);
     float partial[KB + 1];
     tc.partials(partial);
     block_partials_to_workspace<KB + 1>(partial, ws, plan.chunks, run.block_in_channel, run.c);
