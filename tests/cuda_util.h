@@ -29,19 +29,59 @@ static inline double cu_tolerance(tg_dtype dtype)
     return dtype == TG_F64 ? 1e-10 : dtype == TG_F32 ? 1e-5 : 1e-2;
 }
 
-/* The CUDA result is on the GPU, has the CPU result's shape and dtype, and lies within
- * `limit` of it (relative error over all elements). */
-static inline void cu_assert_within(tg_tape *tape, const char *what, const tg_tensor *cuda, const tg_tensor *cpu,
-                                    double limit)
+/* The CUDA result is on the GPU and has the CPU result's shape and dtype. */
+static inline void cu_assert_comparable(const char *what, const tg_tensor *cuda, const tg_tensor *cpu)
 {
     cr_assert(cuda, "%s: no CUDA result (%s)", what, tg_last_error());
     cr_assert(cpu, "%s: no CPU result (%s)", what, tg_last_error());
     cr_assert_eq(cuda->device, TG_DEVICE_CUDA, "%s: the result left the GPU", what);
     cr_assert_eq(cuda->dtype, cpu->dtype, "%s: dtypes differ", what);
     cr_assert(tg_same_shape(cuda, cpu), "%s: shapes differ (ndim %d vs %d)", what, cuda->ndim, cpu->ndim);
+}
+
+/* The CUDA result is on the GPU, has the CPU result's shape and dtype, and lies within
+ * `limit` of it (relative error over all elements). */
+static inline void cu_assert_within(tg_tape *tape, const char *what, const tg_tensor *cuda, const tg_tensor *cpu,
+                                    double limit)
+{
+    cu_assert_comparable(what, cuda, cpu);
     double error = tt_rel_error(cu_host(tape, cuda), cpu);
     cr_assert(error <= limit, "%s (%s): CUDA vs CPU relative error %g, limit %g (seed %llu)", what,
               tg_dtype_name(cpu->dtype), error, limit, (unsigned long long)tt_seed());
+}
+
+/* The tolerance on a result relative to the magnitude of its terms (cu_assert_within_terms):
+ * the float32 maths of every dtype's kernels. For 16-bit storage it is looser than float32
+ * rounding alone, as some kernels split float32 operands into two bf16 parts (2^-17 of each
+ * term); the result's own rounding to 16 bits is the other part of the limit. */
+static inline double cu_terms_tolerance(tg_dtype dtype)
+{
+    return dtype == TG_F64 ? 1e-10 : dtype == TG_F32 ? 1e-5 : 1e-4;
+}
+
+/* ‖cuda − cpu‖ ≤ max(tol · ‖cpu‖, terms_tol · ‖terms‖), Euclidean norms over all elements,
+ * tol and terms_tol those of cpu's dtype (cu_tolerance, cu_terms_tolerance). terms (on the
+ * CPU, cpu's shape, any float dtype) holds for each element an upper estimate of Σ|t| over
+ * the terms t of the sum that makes it. The rounding of a float sum is bounded relative to
+ * its terms, not to its value: when a sum of many terms of both signs lands near zero (a
+ * bias gradient over B·L steps, say), float32 cannot give it to a small relative error, and
+ * the limit follows what it can give. A missing, extra or misplaced term is an error the
+ * size of a whole term, far above terms_tol · Σ|t| while a sum has fewer than about
+ * 1/terms_tol terms. When both norms are zero the limit is tol itself, as in tt_rel_error. */
+static inline void cu_assert_within_terms(tg_tape *tape, const char *what, const tg_tensor *cuda,
+                                          const tg_tensor *cpu, const tg_tensor *terms)
+{
+    cu_assert_comparable(what, cuda, cpu);
+    cr_assert(terms && terms->device == TG_DEVICE_CPU && tg_same_shape(terms, cpu),
+              "%s: the term magnitudes must be a CPU tensor of the result's shape", what);
+    const double tol = cu_tolerance(cpu->dtype), terms_tol = cu_terms_tolerance(cpu->dtype);
+    double error = tt_distance(cu_host(tape, cuda), cpu), norm = tt_norm(cpu), terms_norm = tt_norm(terms);
+    double limit = fmax(tol * norm, terms_tol * terms_norm);
+    if (limit == 0) limit = tol;
+    cr_assert(error <= limit,
+              "%s (%s): CUDA vs CPU error %g, limit %g (max(%g × ‖CPU‖ %g, %g × ‖terms‖ %g)) (seed %llu)", what,
+              tg_dtype_name(cpu->dtype), error, limit, tol, norm, terms_tol, terms_norm,
+              (unsigned long long)tt_seed());
 }
 
 /* Asserts the CUDA tensor matches the CPU one within cu_tolerance of its dtype. */

@@ -145,6 +145,16 @@ double tt_distance(const tg_tensor *a, const tg_tensor *b)
     return sqrt(sum);
 }
 
+tg_tensor *tt_f64_copy(tg_tape *tape, const tg_tensor *t, bool absolute)
+{
+    double *values = host_values(t);
+    for (int64_t i = 0; absolute && i < tg_numel(t); i++) values[i] = fabs(values[i]);
+    tg_tensor *copy = tg_from_data(tape, TG_F64, TG_DEVICE_CPU, t->ndim, t->shape, values);
+    free(values);
+    cr_assert(copy, "tt_f64_copy: %s", tg_last_error());
+    return copy;
+}
+
 tt_state tt_snapshot(tg_tape *tape)
 {
     tg_clear_error();

@@ -37,6 +37,9 @@ double tt_rel_error(const tg_tensor *a, const tg_tensor *b);
 /* ‖t‖ and ‖a − b‖ (Euclidean, over all elements, in double; any device). */
 double tt_norm(const tg_tensor *t);
 double tt_distance(const tg_tensor *a, const tg_tensor *b);
+/* A contiguous f64 CPU copy of t's values (any device and layout), or of their absolute
+ * values when `absolute`: a new tensor with no tie to t on the tape. */
+tg_tensor *tt_f64_copy(tg_tape *tape, const tg_tensor *t, bool absolute);
 
 /* ---- bad-input checks ---------------------------------------------------------------
  * Snapshot the tape, call the op, then assert it failed cleanly:
