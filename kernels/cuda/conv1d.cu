@@ -1641,8 +1641,10 @@ bool channels_vectorisable(const tg_tensor *t, int cpt)
     return t->strides[1] == 1 && address % bytes == 0 && t->strides[0] % cpt == 0 && t->strides[2] % cpt == 0;
 }
 
-// Rows from this length on take the staged forward in 16-bit storage (measured: faster at
-// L = 16384, slower at 1024 and 2048).
+// In 16-bit storage, rows from this length on take the staged forward where the halo is
+// wide (K > 4: at K = 8, 93% of the copy bandwidth against 73% direct, bench/NOTES.md v10);
+// shorter rows, and every row at K ≤ 4, the direct one (at K = 4, 16×1536×16384: 404 against
+// 408 µs, and the staged one now and then measured 446 µs in a whole process).
 constexpr int64_t kStagedForwardMinL = 8192;
 
 // Threads per block of the row kernels: kBlock, or fewer (whole warps) for a short row.
@@ -1829,7 +1831,7 @@ tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *fina
         // 45 against 62 µs at 8×1536×2048, K = 16); with fewer threads per block it measured
         // slower (77 against 64 µs at 32×768×1024).
         if constexpr (sizeof(T) == 2)
-            staged = (a.L >= kStagedForwardMinL || (forward_on_tensor_cores<T, KB>() && threads == kBlock)) &&
+            staged = ((KB > 4 && a.L >= kStagedForwardMinL) || (forward_on_tensor_cores<T, KB>() && threads == kBlock)) &&
                      rows_aligned(in->x, vec_width<T>());
         if (staged) {
             using S = row_shape<T, KB>;
