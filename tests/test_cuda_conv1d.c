@@ -201,8 +201,9 @@ Test(cuda_conv1d, long_rows_and_many_channels)
         }
 }
 
-/* Long, 16-byte aligned 16-bit rows (the staged forward's case): the history enters the first
- * span of each row, and the last span of a row is partly past its end. */
+/* Long, 16-byte aligned 16-bit rows (from K = 5 on the staged forward's case, at K = 3 the
+ * direct one's): the history enters the first span of each row, and the last span of a row
+ * is partly past its end. */
 Test(cuda_conv1d, long_aligned_16bit_rows_with_states)
 {
     tt_require_cuda();

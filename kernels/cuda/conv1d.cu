@@ -1826,18 +1826,20 @@ tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *fina
     conv_args a = make_args(in, out, NULL, NULL);
     if (time_contiguous(in->x) && time_contiguous(out)) {
         const int threads = row_threads<T>(a.L);
+        // The staged forward serves 16-bit data from K = 5 on (kStagedForwardMinL), and is
+        // compiled only there. On tensor cores it is the faster one from full blocks on
+        // (L = 2048: 45 against 62 µs at 8×1536×2048, K = 16); with fewer threads per block it
+        // measured slower (77 against 64 µs at 32×768×1024).
+        constexpr bool kMayStage = sizeof(T) == 2 && KB > 4;
         bool staged = false;
-        // On tensor cores the staged forward is the faster one from full blocks on (L = 2048:
-        // 45 against 62 µs at 8×1536×2048, K = 16); with fewer threads per block it measured
-        // slower (77 against 64 µs at 32×768×1024).
-        if constexpr (sizeof(T) == 2)
-            staged = ((KB > 4 && a.L >= kStagedForwardMinL) || (forward_on_tensor_cores<T, KB>() && threads == kBlock)) &&
+        if constexpr (kMayStage)
+            staged = (a.L >= kStagedForwardMinL || (forward_on_tensor_cores<T, KB>() && threads == kBlock)) &&
                      rows_aligned(in->x, vec_width<T>());
         if (staged) {
             using S = row_shape<T, KB>;
             row_plan plan = make_row_plan<T>(a, in->x, out, NULL, threads, S::H, 0);
             if (!fits_row_grid(a, plan)) return too_large(a);
-            if constexpr (sizeof(T) == 2) {
+            if constexpr (kMayStage) {
                 auto kernel = a.silu ? row_fwd_staged<T, KB, true> : row_fwd_staged<T, KB, false>;
                 // Once per kernel (forward_with is one per T, KB); a race at worst sets it twice.
                 static bool carveout_set[2];
