@@ -1643,8 +1643,8 @@ bool channels_vectorisable(const tg_tensor *t, int cpt)
 
 // In 16-bit storage, rows from this length on take the staged forward where the halo is
 // wide (K > 4: at K = 8, 93% of the copy bandwidth against 73% direct, bench/NOTES.md v10);
-// shorter rows, and every row at K ≤ 4, the direct one (at K = 4, 16×1536×16384: 404 against
-// 408 µs, and the staged one now and then measured 446 µs in a whole process).
+// shorter rows, and every row at K ≤ 4, the direct one (16×1536×16384 bf16 at K = 2, 3, 4:
+// 391, 397, 404 µs against 408 µs staged, bench/NOTES.md v15).
 constexpr int64_t kStagedForwardMinL = 8192;
 
 // Threads per block of the row kernels: kBlock, or fewer (whole warps) for a short row.
