@@ -804,10 +804,7 @@ template <int KB, bool SILU> struct tensor_core_backward {
     __device__ __forceinline__ void setup(const conv_args &a, int64_t c, float *taps)
     {
         zt.setup(a, c);
-        if (threadIdx.x < KB) {
-            const int i = threadIdx.x;
-            taps[i] = i < a.K ? tg_to_float(((const __nv_bfloat16 *)a.w)[c * a.ws0 + (a.K - 1 - i) * a.ws1]) : 0.0f;
-        }
+        if (threadIdx.x < KB) taps[threadIdx.x] = __uint_as_float(tap_bits(a, c, threadIdx.x) << 16); // bf16 → float
         wl = taps;
         g_sum = 0.0f;
         for (int nt = 0; nt < 2; nt++) {
