@@ -166,6 +166,21 @@ Test(cuda_conv1d, bf16_rows_at_every_width)
         }
 }
 
+/* Channel-last 16-bit data with C a multiple of 8 at every K (the stream kernels: each warp
+ * walks a segment of steps through a ring of chunks): the seams between segments, a row
+ * ending inside a chunk, rows shorter than K, warps wholly and partly inside C, both 16-bit
+ * types. */
+Test(cuda_conv1d, channel_last_16bit_at_every_width)
+{
+    tt_require_cuda();
+    for (int64_t K = 1; K <= 16; K++) {
+        check_case((conv_case){2, 8, 37 + K, K, LAYOUT_CHANNEL_LAST, TG_BF16, true, true, true, true});
+        check_case((conv_case){1, 72, 1000 + 16 * K + 3, K, LAYOUT_CHANNEL_LAST, K % 2 ? TG_F16 : TG_BF16, K % 2 == 0,
+                               K % 3 != 0, true, true});
+        check_case((conv_case){3, 8, K > 1 ? K - 1 : 1, K, LAYOUT_CHANNEL_LAST, TG_BF16, true, true, true, true});
+    }
+}
+
 Test(cuda_conv1d, edge_shapes)
 {
     tt_require_cuda();

@@ -5,13 +5,17 @@
 // where x[t] for t < 0 is the initial state xe[K−1+t] (or 0). Backward, g = dout·act'(z):
 //   dx[s] = Σ_i wl[i]·g[s+i]      dwl[i] = Σ_{b,t} g[t]·x[t−i]      dbias = Σ_{b,t} g[t]
 //
-// Two kernel shapes, both one launch for the main work:
+// Three kernel shapes, each one launch for the main work:
 //   row kernels (channel-first: stride 1 along L): a block walks a chunk of one (b, c) row;
 //     each thread owns EPT consecutive steps loaded as 16-byte vectors and takes the K−1
 //     steps around them from its neighbouring lanes. Coalesced along L.
-//   tile kernels (channel-last, or any other strides): a block stages a tile of 64 channels
-//     × 64 steps (plus the K−1 halo) in shared memory with 16-byte loads along C, all issued
-//     up front; each thread then walks 32 steps of one channel out of shared memory.
+//   stream kernels (channel-last, C a multiple of 16 bytes, aligned): a warp takes 32 or 64
+//     neighbouring channels and walks a segment of up to 256 steps in order, the steps
+//     arriving through a per-warp ring in shared memory; each thread keeps its window of x
+//     (and g) in registers, so the K−1 halo is paid once per segment.
+//   tile kernels (any other strides): a block stages a tile of 64 channels × 64 steps (plus
+//     the K−1 halo) in shared memory with 16-byte loads along C where it can, element by
+//     element where it cannot; each thread then walks 16 or 32 steps of its channels out of it.
 // The backward writes per-block partials of dw and dbias to a workspace, and a second small
 // kernel sums them per channel in a fixed order: no atomics, bitwise-repeatable gradients.
 //
@@ -708,6 +712,30 @@ __device__ inline void tap_operand(const conv_args &a, int64_t c, int nt, int si
     b[1] = tap(k + 8) | tap(k + 9) << 16;
 }
 
+// The tap operands of one direction (sign as in tap_operand) are read from shared memory at
+// each tile rather than kept in registers: 12 registers fewer let the backward keep 7 blocks
+// per SM without spills (bench/NOTES.md, v16). Warp 0 writes each lane's operands, offsets
+// 0 (both n-tiles) and 16, as two 16-byte words: ops[2·lane], ops[2·lane + 1].
+__device__ inline void store_tap_operands(const conv_args &a, int64_t c, int sign, uint4 *ops)
+{
+    if (threadIdx.x >= 32) return;
+    unsigned b[2][2][2]; // [offset][n-tile]
+    for (int nt = 0; nt < 2; nt++) {
+        tap_operand(a, c, nt, sign, 0, b[0][nt]);
+        tap_operand(a, c, nt, sign, 16, b[1][nt]);
+    }
+    ops[2 * threadIdx.x] = make_uint4(b[0][0][0], b[0][0][1], b[0][1][0], b[0][1][1]);
+    ops[2 * threadIdx.x + 1] = make_uint4(b[1][0][0], b[1][0][1], b[1][1][0], b[1][1][1]);
+}
+// This lane's operands (after the barrier that follows store_tap_operands), per n-tile.
+__device__ inline void load_tap_operands(const uint4 *ops, unsigned (&at0)[2][2], unsigned (&at16)[2][2])
+{
+    const int lane = threadIdx.x % 32;
+    const uint4 first = ops[2 * lane], second = ops[2 * lane + 1];
+    at0[0][0] = first.x, at0[0][1] = first.y, at0[1][0] = first.z, at0[1][1] = first.w;
+    at16[0][0] = second.x, at16[0][1] = second.y, at16[1][0] = second.z, at16[1][1] = second.w;
+}
+
 // This lane's row addresses for ldmatrix, in steps from a tile's first: its row of the four
 // 8 × 8 matrices of the tile (own), and of the segments before (before: with `wide`, all 16
 // columns; else columns 8–15, the only ones taps of K ≤ 9 reach, as the last two matrices).
@@ -726,16 +754,14 @@ template <int KB> struct tensor_core_z {
     // With K ≤ 9 the taps reach back (and, for dx, ahead) at most 8 steps, so only the
     // neighbouring segments' columns 8–15 (and 0–7) take part; K = 16 needs them whole.
     static constexpr bool kWide = KB > 9;
-    unsigned wc[2][2], wp[2][2]; // per n-tile
+    const uint4 *ops; // 64 words of shared memory: the taps as B operands (store_tap_operands)
     float bias;
 
-    __device__ __forceinline__ void setup(const conv_args &a, int64_t c)
+    __device__ __forceinline__ void setup(const conv_args &a, int64_t c, uint4 *shared_ops)
     {
         bias = a.bias ? tg_to_float(((const __nv_bfloat16 *)a.bias)[c * a.bs0]) : 0.0f;
-        for (int nt = 0; nt < 2; nt++) {
-            tap_operand(a, c, nt, 1, 0, wc[nt]);
-            tap_operand(a, c, nt, 1, 16, wp[nt]);
-        }
+        store_tap_operands(a, c, 1, shared_ops);
+        ops = shared_ops;
     }
     // The operands X and Xp of the tile from xt (its first step; the 16 steps before it staged):
     // as A operands, or TRANSPOSED, as the B operands of the two n-tiles (registers 0–1, 2–3).
@@ -757,7 +783,13 @@ template <int KB> struct tensor_core_z {
             xp[0] = xp[1] = 0, xp[2] = half[0], xp[3] = half[1];
         }
     }
-    __device__ __forceinline__ void tile(const unsigned (&x)[4], const unsigned (&xp)[4], float (&z)[2][4]) const
+    // Wc and Wp, per n-tile.
+    __device__ __forceinline__ void operands(unsigned (&wc)[2][2], unsigned (&wp)[2][2]) const
+    {
+        load_tap_operands(ops, wc, wp);
+    }
+    __device__ __forceinline__ void tile(const unsigned (&x)[4], const unsigned (&xp)[4], const unsigned (&wc)[2][2],
+                                         const unsigned (&wp)[2][2], float (&z)[2][4]) const
     {
         const float biases[4] = {bias, bias, bias, bias};
         multiply(z[0], x, wc[0], biases);
@@ -795,24 +827,24 @@ __device__ inline void store_tile(__nv_bfloat16 *out, int64_t L, bool pairs, int
 template <int KB, bool SILU> struct tensor_core_backward {
     static constexpr bool kWide = tensor_core_z<KB>::kWide;
     tensor_core_z<KB> zt;
-    unsigned vc[2][2], vn[2][2]; // the taps for dx as B operands, per n-tile
+    const uint4 *vops;           // the taps for dx as B operands, Vc and Vn (store_tap_operands)
     float p[2][4], pp[2][4];     // P, Pp (per n-tile)
     float g_sum;                 // Σ g over this lane's elements, for dbias
     const float *wl;             // the taps in shared memory, for z on the segment after the warp's
 
-    // taps: KB floats of shared memory, readable by every thread after the caller's next barrier.
-    __device__ __forceinline__ void setup(const conv_args &a, int64_t c, float *taps)
+    // taps: KB floats, ops: 128 words of shared memory, readable by every thread after the
+    // caller's next barrier.
+    __device__ __forceinline__ void setup(const conv_args &a, int64_t c, float *taps, uint4 *ops)
     {
-        zt.setup(a, c);
+        zt.setup(a, c, ops);
+        store_tap_operands(a, c, -1, ops + 64);
+        vops = ops + 64;
         if (threadIdx.x < KB) taps[threadIdx.x] = __uint_as_float(tap_bits(a, c, threadIdx.x) << 16); // bf16 → float
         wl = taps;
         g_sum = 0.0f;
-        for (int nt = 0; nt < 2; nt++) {
-            tap_operand(a, c, nt, -1, 0, vc[nt]);
-            tap_operand(a, c, nt, -1, 16, vn[nt]);
+        for (int nt = 0; nt < 2; nt++)
 #pragma unroll
             for (int e = 0; e < 4; e++) p[nt][e] = pp[nt][e] = 0.0f;
-        }
     }
 
     // g on one tile, as hi and lo A operands (SiLU's slope recomputed from z; without SiLU g is
@@ -825,8 +857,10 @@ template <int KB, bool SILU> struct tensor_core_backward {
         if constexpr (SILU) {
             unsigned x[4], xp[4];
             float z[2][4];
+            unsigned wc[2][2], wp[2][2];
+            zt.operands(wc, wp);
             zt.load_x(xt, rows, x, xp);
-            zt.tile(x, xp, z);
+            zt.tile(x, xp, wc, wp, z);
 #pragma unroll
             for (int r = 0; r < 4; r++) { // A register r holds result tile r / 2, rows r % 2
                 const float *zr = &z[r / 2][2 * (r % 2)];
@@ -898,6 +932,8 @@ template <int KB, bool SILU> struct tensor_core_backward {
             gn[2 * h] = last_rows ? row8 : down0;
             gn[2 * h + 1] = last_rows ? next[h] : down1;
         }
+        unsigned vc[2][2], vn[2][2];
+        load_tap_operands(vops, vc, vn);
         multiply_add(dx[0], gr, vc[0]);
         multiply_add(dx[1], gr, vc[1]);
         if constexpr (kWide) multiply_add(dx[0], gn, vn[0]);
@@ -1072,6 +1108,7 @@ __global__ void __launch_bounds__(kBlock) row_fwd_staged(conv_args a, row_plan p
     };
     if constexpr (kTensorCores) { // a warp's 512 steps as two tiles of 16 × 16 (tensor_core_z)
         tensor_core_z<KB> zt;
+        __shared__ uint4 ops[64];
         const int warp_first = threadIdx.x / 32 * 32 * EPT;
         auto compute = [&](row_span span, int buf) {
             const int64_t t_first = (int64_t)span.index * ch + warp_first;
@@ -1079,18 +1116,20 @@ __global__ void __launch_bounds__(kBlock) row_fwd_staged(conv_args a, row_plan p
             const tile_rows rows(tensor_core_z<KB>::kWide);
             const bool pairs = plan.vec_y && t_first + 32 * EPT <= a.L;
             __nv_bfloat16 *out = row_of<__nv_bfloat16>(a.y, span.b, c);
+            unsigned wc[2][2], wp[2][2];
+            zt.operands(wc, wp);
 #pragma unroll
             for (int mt = 0; mt < 2; mt++) {
                 unsigned x[4], xp[4];
                 float z[2][4];
                 zt.load_x(xs[buf] + H + warp_first + 256 * mt, rows, x, xp);
-                zt.tile(x, xp, z);
+                zt.tile(x, xp, wc, wp, z);
 #pragma unroll
                 for (int e = 0; e < 8; e++) z[e / 4][e % 4] = activate(z[e / 4][e % 4], SILU);
                 store_tile(out, a.L, pairs, t_first + 256 * mt, z, [](int64_t, float v) { return v; });
             }
         };
-        walk_spans_pipelined(run, plan, ready, consumed, stage, [&] { zt.setup(a, c); }, compute);
+        walk_spans_pipelined(run, plan, ready, consumed, stage, [&] { zt.setup(a, c, ops); }, compute);
         return;
     }
     float wl[KB];
@@ -1230,12 +1269,13 @@ __global__ void __launch_bounds__(kBlock) row_bwd(conv_args a, row_plan plan, fl
 // The bf16 backward from K = 5 on: each warp its 512 steps of a span on tensor cores
 // (tensor_core_backward). 6 resident blocks (80 registers) measured 2–15% faster than 5 (96).
 template <typename T, int KB, bool SILU>
-__global__ void __launch_bounds__(kBlock, 6) row_bwd_tensor_cores(conv_args a, row_plan plan, float *ws)
+__global__ void __launch_bounds__(kBlock, 7) row_bwd_tensor_cores(conv_args a, row_plan plan, float *ws)
 {
     next_kernel_may_start();
     constexpr int EPT = row_shape<T, KB>::EPT, H = row_shape<T, KB>::H;
     __shared__ uint64_t ready[kStages];
     __shared__ float taps[KB];
+    __shared__ uint4 ops[128];
     const row_run run = row_run_of(a, plan);
     const backward_stage<T, KB> stage(a, plan, run.c, ready);
     const int64_t final_from = final_states_from(a);
@@ -1246,7 +1286,7 @@ __global__ void __launch_bounds__(kBlock, 6) row_bwd_tensor_cores(conv_args a, r
         if (t_first >= a.L) return; // uniform across the warp
         tc.pass(a, plan, stage.x(buf) + H + warp_first, stage.dout(buf) + warp_first, span.b, run.c, t_first, final_from);
     };
-    walk_spans(run, plan, ready, stage, [&] { tc.setup(a, run.c, taps); }, compute);
+    walk_spans(run, plan, ready, stage, [&] { tc.setup(a, run.c, taps, ops); }, compute);
     float partial[KB + 1];
     tc.partials(partial);
     block_partials_to_workspace<KB + 1>(partial, ws, plan.chunks, run.block_in_channel, run.c);
@@ -1538,6 +1578,320 @@ __global__ void __launch_bounds__(kBlock) tile_bwd(conv_args a, tile_plan plan, 
     }
 }
 
+// ---- stream kernels: channel-last rows walked along time by whole warps -----------------------
+//
+// In a channel-last tensor the channels of one step lie side by side. A warp takes 32·CPT
+// neighbouring channels (CPT per thread) and walks a segment of seg_len steps in order, each
+// thread keeping x's last KB values (and, backward, g's) in registers: the KB − 1 steps of
+// halo are paid once per segment, where a tile lane (16 steps) paid them every 16. The steps
+// reach the warp through a ring of RING chunks of U steps in shared memory, filled with
+// 16-byte asynchronous copies RING − 1 chunks ahead: the loads in flight hold no registers,
+// and only the warp itself waits on them (no block-wide barrier in the walk).
+template <typename T, int KB> struct stream_shape {
+    static constexpr int CPT = KB <= 8 ? 2 : 1;        // neighbouring channels per thread
+    static constexpr int WORD = CPT * (int)sizeof(T);  // bytes of one step a thread reads
+    static constexpr int ROW = 32 * WORD;              // bytes of one step a warp reads (64–256)
+    static constexpr int U = 1024 / ROW;               // steps per chunk: 1 KB of each tensor
+    static constexpr int RING = 4;                     // chunks per ring: 3 in flight, 1 computed
+    static constexpr int CHANNELS = 32 * CPT;          // channels per block: one warp's width
+    static constexpr int LANES = kBlock / 32;          // warps per block, each its own segment
+};
+
+// Resident blocks per SM the stream kernels are compiled for (at most 65536 / (128·blocks)
+// registers per thread): 6 and 4 measured 1–2% faster than 8 and 5 at K ≤ 4, where those
+// fit without spills (bench/NOTES.md, v16).
+constexpr int kStreamForwardBlocks = 6, kStreamBackwardBlocks = 4;
+
+struct stream_plan {
+    int64_t channel_blocks; // blocks across C
+    int64_t time_blocks;    // blocks along L, each LANES segments
+    int64_t seg_len;        // steps per warp, a multiple of U
+};
+
+// CPT neighbouring values of T as one machine word (the unit a stream thread reads and writes).
+template <typename T, int CPT>
+using channel_word = std::conditional_t<sizeof(T) * CPT == 8, uint2,
+                                        std::conditional_t<sizeof(T) * CPT == 4, unsigned, unsigned short>>;
+
+template <typename T, int CPT> __device__ inline void unpack_word(channel_word<T, CPT> w, float (&v)[CPT])
+{
+    if constexpr (sizeof(T) == 4 && CPT == 2) {
+        v[0] = __uint_as_float(w.x);
+        v[1] = __uint_as_float(w.y);
+    } else if constexpr (sizeof(T) == 4) {
+        v[0] = __uint_as_float(w);
+    } else if constexpr (CPT == 2) {
+        unpack2(w, v[0], v[1], T());
+    } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        v[0] = __uint_as_float((unsigned)w << 16);
+    } else {
+        v[0] = __half2float(__ushort_as_half(w));
+    }
+}
+
+template <typename T, int CPT> __device__ inline channel_word<T, CPT> pack_word(const float (&v)[CPT])
+{
+    if constexpr (sizeof(T) == 4 && CPT == 2) return make_uint2(__float_as_uint(v[0]), __float_as_uint(v[1]));
+    else if constexpr (sizeof(T) == 4) return __float_as_uint(v[0]);
+    else if constexpr (CPT == 2) return pack2(v[0], v[1], T());
+    else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat16_as_ushort(__float2bfloat16_rn(v[0]));
+    else return __half_as_ushort(__float2half_rn(v[0]));
+}
+
+// Where a stream thread sits: channels c … c + CPT − 1 of batch b (c0: its warp's first),
+// steps t0 … end − 1 (its warp's segment, cut at L). A warp with t0 ≥ L has nothing to do;
+// a thread past C (`inside_c` false) walks with its warp but writes nothing.
+struct stream_place {
+    int64_t b, c0, c, t0, end, time_block;
+    int warp;
+    bool inside_c;
+};
+
+template <typename T, int KB> __device__ inline stream_place stream_place_of(const conv_args &a, const stream_plan &plan)
+{
+    using S = stream_shape<T, KB>;
+    stream_place p;
+    p.warp = threadIdx.x / 32;
+    p.time_block = blockIdx.x / plan.channel_blocks;
+    p.b = blockIdx.y;
+    p.c0 = blockIdx.x % plan.channel_blocks * S::CHANNELS;
+    p.c = p.c0 + threadIdx.x % 32 * S::CPT;
+    p.t0 = (p.time_block * S::LANES + p.warp) * plan.seg_len;
+    p.end = p.t0 + plan.seg_len < a.L ? p.t0 + plan.seg_len : a.L;
+    p.inside_c = p.c < a.C;
+    return p;
+}
+
+// The thread's taps and bias (a thread past C takes the last channel's: it writes nothing).
+template <typename T, int KB, int CPT, bool SCALED>
+__device__ inline void stream_taps(const conv_args &a, const stream_place &p, float (&wl)[CPT][KB], float (&bias)[CPT])
+{
+#pragma unroll
+    for (int q = 0; q < CPT; q++) {
+        const int64_t c = p.c + q < a.C ? p.c + q : a.C - 1;
+        bias[q] = SCALED ? load_scaled_taps<T, KB>(a, c, wl[q]) : load_taps<T, KB>(a, c, wl[q]);
+    }
+}
+
+// The window's first KB − 1 values, x[t0 − KB + 1 … t0 − 1] (the history before step 0):
+// win[KB−1−i] = x[t − i] once step t's value is in win[KB−1].
+template <typename T, int KB, int CPT>
+__device__ inline void stream_window_start(const conv_args &a, const stream_place &p, float (&win)[KB][CPT])
+{
+#pragma unroll
+    for (int j = 0; j < KB - 1; j++)
+#pragma unroll
+        for (int q = 0; q < CPT; q++)
+            win[j + 1][q] = p.inside_c ? x_at<T>(a, p.b, p.c + q, p.t0 - (KB - 1) + j) : 0.0f;
+}
+
+template <typename V, int N, int M> __device__ inline void shift_window(V (&v)[N][M])
+{
+#pragma unroll
+    for (int j = 0; j < N - 1; j++)
+#pragma unroll
+        for (int q = 0; q < M; q++) v[j][q] = v[j + 1][q];
+}
+
+// The warp's copies of steps t … t + U − 1 of v (those before L; the 16-byte pieces inside
+// C) into a ring slot of U rows of ROW bytes.
+template <typename T, int KB>
+__device__ inline void stream_copy_chunk(const conv_args &a, const t3 &v, const stream_place &p, int64_t t, char *slot)
+{
+    using S = stream_shape<T, KB>;
+    constexpr int PIECES = S::ROW / 16, ROWS_PER_PASS = 32 / PIECES;
+    const int lane = threadIdx.x % 32, piece = lane % PIECES;
+    if (p.c0 + piece * (16 / (int)sizeof(T)) >= a.C) return;
+    const char *src = (const char *)row_of<T>(v, p.b, p.c0) + piece * 16;
+    const int64_t step_bytes = v.s2 * (int64_t)sizeof(T);
+#pragma unroll
+    for (int r = lane / PIECES; r < S::U; r += ROWS_PER_PASS)
+        if (t + r < a.L) copy16_async(slot + r * S::ROW + piece * 16, src + (t + r) * step_bytes);
+}
+
+// This thread's word of step t + r, from a ring slot (0 past L when CHECKED).
+template <typename T, int KB, bool CHECKED>
+__device__ inline channel_word<T, stream_shape<T, KB>::CPT> stream_word(const conv_args &a, const char *slot, int64_t t, int r)
+{
+    using S = stream_shape<T, KB>;
+    using word = channel_word<T, S::CPT>;
+    if (CHECKED && t + r >= a.L) return word{};
+    return *(const word *)(slot + r * S::ROW + threadIdx.x % 32 * S::WORD);
+}
+
+// A warp's walk over the chunks of U steps from t0 to `last`: chunk k goes to ring slot
+// k mod RING, its copies (issue(t, slot)) issued RING − 1 chunks before it is computed
+// (compute(unchecked, t, slot)), into the slot the chunk before it was computed from.
+// `unchecked` is true for the chunks between unchecked_from and unchecked_end, whose steps
+// need no test.
+template <int U, int RING, typename Issue, typename Compute>
+__device__ inline void stream_walk(int64_t t0, int64_t last, int64_t unchecked_from, int64_t unchecked_end, Issue issue,
+                                   Compute compute)
+{
+    const int64_t chunks = (last - t0 + U - 1) / U;
+#pragma unroll
+    for (int k = 0; k < RING - 1; k++) {
+        if (k < chunks) issue(t0 + k * U, k);
+        copies_commit(); // one group per chunk, empty or not, so that the count below holds
+    }
+    for (int64_t k = 0; k < chunks; k++) {
+        const int64_t t = t0 + k * U;
+        if (k + RING - 1 < chunks) issue(t + (RING - 1) * U, (int)((k + RING - 1) % RING));
+        copies_commit();
+        copies_wait_groups<RING - 1>(); // chunk k's group has landed (the RING − 1 after it may not have)
+        __syncwarp();                   // … for every lane's copies
+        const int slot = (int)(k % RING);
+        if (t >= unchecked_from && t + U <= unchecked_end) compute(std::true_type(), t, slot);
+        else compute(std::false_type(), t, slot);
+        __syncwarp(); // every lane has read the slot before it is filled again
+    }
+}
+
+template <typename T, int KB>
+__global__ void __launch_bounds__(kBlock, kStreamForwardBlocks) stream_fwd(conv_args a, stream_plan plan)
+{
+    using S = stream_shape<T, KB>;
+    constexpr int CPT = S::CPT, U = S::U;
+    __shared__ alignas(16) char ring[S::LANES][S::RING][U * S::ROW];
+    const stream_place p = stream_place_of<T, KB>(a, plan);
+    if (p.t0 >= a.L) return; // the whole warp
+    float wl[CPT][KB], bias[CPT];
+    stream_taps<T, KB, CPT, false>(a, p, wl, bias);
+    float win[KB][CPT];
+    stream_window_start<T, KB, CPT>(a, p, win);
+    char(*slots)[U * S::ROW] = ring[p.warp];
+    const int64_t y_step = a.y.s2 * (int64_t)sizeof(T);
+    char *y_row = (char *)row_of<T>(a.y, p.b, p.inside_c ? p.c : p.c0);
+    auto issue = [&](int64_t t, int slot) { stream_copy_chunk<T, KB>(a, a.x, p, t, slots[slot]); };
+    auto compute = [&](auto unchecked, int64_t t, int slot) {
+        constexpr bool CHECKED = !decltype(unchecked)::value;
+        char *y_at = y_row + t * y_step;
+#pragma unroll
+        for (int r = 0; r < U; r++) {
+            shift_window(win);
+            unpack_word<T, CPT>(stream_word<T, KB, CHECKED>(a, slots[slot], t, r), win[KB - 1]);
+            float o[CPT];
+#pragma unroll
+            for (int q = 0; q < CPT; q++) {
+                float z = bias[q];
+#pragma unroll
+                for (int i = 0; i < KB; i++) z += wl[q][i] * win[KB - 1 - i][q];
+                o[q] = activate(z, a.silu);
+            }
+            if (!CHECKED || (p.inside_c && t + r < p.end))
+                *(channel_word<T, CPT> *)(y_at + r * y_step) = pack_word<T, CPT>(o);
+        }
+    };
+    // Unchecked: chunks of the segment's own steps, in a warp wholly inside C.
+    const bool warp_inside_c = p.c0 + S::CHANNELS <= a.C;
+    stream_walk<U, S::RING>(p.t0, p.end, p.t0, warp_inside_c ? p.end : p.t0, issue, compute);
+}
+
+// Each warp walks steps t0 … end + KB − 2: g = dout·act'(z) at every step, and at step t the
+// dx of step u = t − (KB − 1), whose KB values of g are then all known. The steps past `end`
+// are the next segment's first ones, recomputed for their g (dw and dbias take only the
+// segment's own steps).
+template <typename T, int KB, bool SILU>
+__global__ void __launch_bounds__(kBlock, kStreamBackwardBlocks) stream_bwd(conv_args a, stream_plan plan, float *ws)
+{
+    next_kernel_may_start();
+    using S = stream_shape<T, KB>;
+    constexpr int CPT = S::CPT, U = S::U;
+    __shared__ alignas(16) char ring[S::LANES][2][S::RING][U * S::ROW]; // per warp: x, dout
+    const stream_place p = stream_place_of<T, KB>(a, plan);
+    float partial[CPT][KB + 1]; // dwl[0 … KB−1], dbias, times −ln 2
+#pragma unroll
+    for (int q = 0; q < CPT; q++)
+#pragma unroll
+        for (int i = 0; i <= KB; i++) partial[q][i] = 0.0f;
+    if (p.t0 < a.L) { // the whole warp
+        float wl[CPT][KB], bias[CPT]; // scaled by −log2 e, as in row_bwd
+        stream_taps<T, KB, CPT, true>(a, p, wl, bias);
+        float win[KB][CPT], gw[KB][CPT]; // win[KB−1−i] = x[t − i], gw[KB−1−i] = g[t − i]
+        stream_window_start<T, KB, CPT>(a, p, win);
+#pragma unroll
+        for (int j = 0; j < KB; j++)
+#pragma unroll
+            for (int q = 0; q < CPT; q++) gw[j][q] = 0.0f; // before t0: never part of a written dx
+        const int64_t final_from = a.dfinal.p ? a.L - (a.K - 1) : a.L; // as in row_bwd
+        char(*x_slots)[U * S::ROW] = ring[p.warp][0];
+        char(*d_slots)[U * S::ROW] = ring[p.warp][1];
+        const int64_t dx_step = a.dx.s2 * (int64_t)sizeof(T);
+        char *dx_row = (char *)row_of<T>(a.dx, p.b, p.inside_c ? p.c : p.c0);
+        auto issue = [&](int64_t t, int slot) {
+            stream_copy_chunk<T, KB>(a, a.x, p, t, x_slots[slot]);
+            stream_copy_chunk<T, KB>(a, a.y, p, t, d_slots[slot]);
+        };
+        auto compute = [&](auto unchecked, int64_t t, int slot) {
+            constexpr bool CHECKED = !decltype(unchecked)::value;
+            char *dx_at = dx_row + (t - (KB - 1)) * dx_step; // dx at u = t − (KB − 1)
+#pragma unroll
+            for (int r = 0; r < U; r++) {
+                const int64_t u = t + r - (KB - 1);
+                shift_window(win);
+                shift_window(gw);
+                unpack_word<T, CPT>(stream_word<T, KB, CHECKED>(a, x_slots[slot], t, r), win[KB - 1]);
+                float d_out[CPT];
+                unpack_word<T, CPT>(stream_word<T, KB, CHECKED>(a, d_slots[slot], t, r), d_out);
+                const bool own = !CHECKED || t + r < p.end;
+#pragma unroll
+                for (int q = 0; q < CPT; q++) {
+                    float zs = bias[q];
+#pragma unroll
+                    for (int i = 0; i < KB; i++) zs += wl[q][i] * win[KB - 1 - i][q];
+                    const float g = d_out[q] * scaled_activation_slope<SILU>(zs); // g·(−ln 2); 0 past L
+                    gw[KB - 1][q] = g;
+                    const float g_own = own ? g : 0.0f;
+                    partial[q][KB] += g_own;
+#pragma unroll
+                    for (int i = 0; i < KB; i++) partial[q][i] += g_own * win[KB - 1 - i][q];
+                }
+                float d[CPT];
+#pragma unroll
+                for (int q = 0; q < CPT; q++) {
+                    d[q] = 0.0f;
+#pragma unroll
+                    for (int i = 0; i < KB; i++) d[q] += wl[q][i] * gw[i][q];
+                }
+                if (CHECKED) {
+                    if (!p.inside_c || u < p.t0 || u >= p.end) continue;
+                    if (u >= final_from)
+#pragma unroll
+                        for (int q = 0; q < CPT; q++) d[q] += ld<T>(a.dfinal, p.b, p.c + q, u - final_from);
+                }
+                *(channel_word<T, CPT> *)(dx_at + r * dx_step) = pack_word<T, CPT>(d);
+            }
+        };
+        // Unchecked: chunks whose steps are all the segment's own, each with a whole dx (from
+        // t0 + KB − 1 on) away from the final states, in a warp wholly inside C.
+        const bool warp_inside_c = p.c0 + S::CHANNELS <= a.C;
+        const int64_t unchecked_end = !warp_inside_c ? p.t0 : p.end < final_from + KB - 1 ? p.end : final_from + KB - 1;
+        stream_walk<U, S::RING>(p.t0, p.end + KB - 1, p.t0 + KB - 1, unchecked_end, issue, compute);
+    }
+    // The block's partials: its warps' segments summed in order, per channel (through the
+    // ring, which no warp reads any more after the barrier).
+    __syncthreads();
+    static_assert(sizeof(float) * S::LANES * (KB + 1) * S::CHANNELS <= sizeof(ring), "the partials fit in the ring");
+    float(*sums)[KB + 1][S::CHANNELS] = (float(*)[KB + 1][S::CHANNELS])(void *)&ring[0][0][0][0];
+    const int cg = threadIdx.x % 32 * CPT;
+#pragma unroll
+    for (int q = 0; q < CPT; q++)
+#pragma unroll
+        for (int i = 0; i <= KB; i++) sums[p.warp][i][cg + q] = -kLog2e * partial[q][i];
+    __syncthreads();
+    if (p.warp == 0 && p.inside_c) { // C is a multiple of CPT on this path
+        const int64_t parts = a.B * plan.time_blocks, part = p.b * plan.time_blocks + p.time_block;
+#pragma unroll
+        for (int q = 0; q < CPT; q++)
+#pragma unroll
+            for (int i = 0; i <= KB; i++) {
+                float sum = 0.0f;
+                for (int l = 0; l < S::LANES; l++) sum += sums[l][i][cg + q];
+                partial_to_workspace(ws, parts, part, p.c + q, KB + 1, i, sum);
+            }
+    }
+}
+
 // ---- small kernels: final states, the history's gradient, the dw/dbias sum -----------------------
 
 template <typename T> __global__ void final_states_kernel(conv_args a, t3 final_states)
@@ -1719,6 +2073,46 @@ tile_plan make_tile_plan(const conv_args &a, const tg_tensor *x, const tg_tensor
     return plan;
 }
 
+// Segments of at most 256 steps (the halo recomputed at each segment's start then costs
+// (KB − 1)/256 of the work), shorter while the grid has fewer than about 4096 blocks, down to
+// 64 steps: on the short rows (8×1536×2048, 32×768×1024 bf16) 64 measured 14–16% faster
+// forward+backward than 32, and 128 (with 512 at most) 2% slower than 64; the long rows did
+// not move (bench/NOTES.md, v16).
+template <typename T, int KB> stream_plan make_stream_plan(const conv_args &a)
+{
+    using S = stream_shape<T, KB>;
+    constexpr int64_t kLongestSegment = 256, kShortestSegment = 64, kWantedBlocks = 4096;
+    static_assert(kShortestSegment % S::U == 0, "segments of whole chunks");
+    stream_plan plan = {};
+    plan.channel_blocks = (a.C + S::CHANNELS - 1) / S::CHANNELS;
+    auto time_blocks = [&](int64_t seg_len) { return (a.L + S::LANES * seg_len - 1) / (S::LANES * seg_len); };
+    plan.seg_len = kLongestSegment;
+    while (plan.seg_len > kShortestSegment && plan.channel_blocks * a.B * time_blocks(plan.seg_len) < kWantedBlocks)
+        plan.seg_len /= 2;
+    plan.time_blocks = time_blocks(plan.seg_len);
+    return plan;
+}
+
+// The stream kernels copy x (and dout) in 16-byte pieces of channels and write whole channel
+// words: channel-last tensors with 16-byte aligned steps and C a multiple of 16 bytes' worth,
+// the common case. Other layouts take the tile kernels.
+template <typename T, int KB> bool streams_take(const conv_args &a, const tg_tensor *x, const tg_tensor *y, const tg_tensor *out)
+{
+    constexpr int V = vec_width<T>();
+    return a.C % V == 0 && channels_vectorisable(x, V) && channels_vectorisable(y, V) &&
+           channels_vectorisable(out, stream_shape<T, KB>::CPT);
+}
+
+bool fits_stream_grid(const conv_args &a, const stream_plan &plan)
+{
+    return plan.channel_blocks * plan.time_blocks <= INT32_MAX && a.B <= 65535;
+}
+
+dim3 stream_grid(const conv_args &a, const stream_plan &plan)
+{
+    return dim3((unsigned)(plan.channel_blocks * plan.time_blocks), (unsigned)a.B);
+}
+
 dim3 tile_grid(const conv_args &a, const tile_plan &plan)
 {
     return dim3((unsigned)plan.time_blocks, (unsigned)plan.channel_blocks, (unsigned)a.B);
@@ -1851,6 +2245,10 @@ tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *fina
             if (a.B * a.C * plan.chunks > INT32_MAX) return too_large(a);
             row_fwd_direct<T, KB><<<(unsigned)(a.B * a.C * plan.chunks), threads>>>(a, plan);
         }
+    } else if (streams_take<T, KB>(a, in->x, NULL, out)) {
+        stream_plan plan = make_stream_plan<T, KB>(a);
+        if (!fits_stream_grid(a, plan)) return too_large(a);
+        stream_fwd<T, KB><<<stream_grid(a, plan), kBlock>>>(a, plan);
     } else {
         tile_plan plan = make_tile_plan<T>(a, in->x, NULL, out);
         if (!fits_tile_grid(a, plan)) return too_large(a);
@@ -1870,14 +2268,20 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
 {
     conv_args a = make_args(in, dout, dx, dfinal);
     const bool rows = time_contiguous(in->x) && time_contiguous(dout) && time_contiguous(dx);
+    const bool streams = !rows && streams_take<T, KB>(a, in->x, dout, dx);
     int64_t parts;
     const int threads = row_threads<T>(a.L);
     row_plan rplan = {};
+    stream_plan splan = {};
     tile_plan tplan = {};
     if (rows) {
         rplan = make_row_plan<T>(a, in->x, dout, dx, threads, row_shape<T, KB>::H, row_shape<T, KB>::H);
         parts = rplan.chunks;
         if (!fits_row_grid(a, rplan)) return too_large(a);
+    } else if (streams) {
+        splan = make_stream_plan<T, KB>(a);
+        parts = a.B * splan.time_blocks;
+        if (!fits_stream_grid(a, splan)) return too_large(a);
     } else {
         tplan = make_tile_plan<T>(a, in->x, dout, dx);
         parts = a.B * tplan.time_blocks;
@@ -1895,6 +2299,9 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
         else
             kernel = a.silu ? row_bwd<T, KB, true> : row_bwd<T, KB, false>;
         kernel<<<(unsigned)(a.C * rplan.chunks), threads, row_shape<T, KB>::backward_bytes(rplan.chunk_len)>>>(a, rplan, ws);
+    } else if (streams) {
+        auto kernel = a.silu ? stream_bwd<T, KB, true> : stream_bwd<T, KB, false>;
+        kernel<<<stream_grid(a, splan), kBlock>>>(a, splan, ws);
     } else {
         auto kernel = a.silu ? tile_bwd<T, KB, true> : tile_bwd<T, KB, false>;
         kernel<<<tile_grid(a, tplan), kBlock>>>(a, tplan, ws);
