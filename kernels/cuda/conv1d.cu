@@ -9,7 +9,7 @@
 //   row kernels (channel-first: stride 1 along L): a block walks a chunk of one (b, c) row;
 //     each thread owns EPT consecutive steps loaded as 16-byte vectors and takes the K−1
 //     steps around them from its neighbouring lanes. Coalesced along L.
-//   stream kernels (channel-last, C a multiple of 16 bytes, aligned): a warp takes 32 or 64
+//   stream kernels (channel-last, C a multiple of 16 bytes, aligned): a warp takes 32 to 128
 //     neighbouring channels and walks a segment of up to 256 steps in order, the steps
 //     arriving through a per-warp ring in shared memory; each thread keeps its window of x
 //     (and g) in registers, so the K−1 halo is paid once per segment.
@@ -1292,7 +1292,7 @@ __global__ void __launch_bounds__(kBlock, 7) row_bwd_tensor_cores(conv_args a, r
     block_partials_to_workspace<KB + 1>(partial, ws, plan.chunks, run.block_in_channel, run.c);
 }
 
-// ---- tile kernels (channel-last or any strides) ---------------------------------------------------
+// ---- tile kernels (the layouts the stream kernels do not take) ------------------------------------
 
 struct tile_plan {
     int64_t time_blocks;    // blocks along L
@@ -1587,8 +1587,17 @@ __global__ void __launch_bounds__(kBlock) tile_bwd(conv_args a, tile_plan plan, 
 // reach the warp through a ring of RING chunks of U steps in shared memory, filled with
 // 16-byte asynchronous copies RING − 1 chunks ahead: the loads in flight hold no registers,
 // and only the warp itself waits on them (no block-wide barrier in the walk).
-template <typename T, int KB> struct stream_shape {
-    static constexpr int CPT = KB <= 8 ? 2 : 1;        // neighbouring channels per thread
+// Neighbouring channels per thread: two (one 4- or 8-byte word) while the registers allow.
+// The 16-bit forward at K ≤ 4 takes four, so that a warp reads 256-byte rows: 420 against
+// 440 µs at K = 4 (bf16 16×1536×16384); the backward measured 20 µs slower with four.
+template <typename T, int KB> __host__ __device__ constexpr int stream_forward_cpt()
+{
+    return sizeof(T) == 2 && KB <= 4 ? 4 : KB <= 8 ? 2 : 1;
+}
+template <typename T, int KB> __host__ __device__ constexpr int stream_backward_cpt() { return KB <= 8 ? 2 : 1; }
+
+template <typename T, int CPT_> struct stream_shape {
+    static constexpr int CPT = CPT_;
     static constexpr int WORD = CPT * (int)sizeof(T);  // bytes of one step a thread reads
     static constexpr int ROW = 32 * WORD;              // bytes of one step a warp reads (64–256)
     static constexpr int U = 1024 / ROW;               // steps per chunk: 1 KB of each tensor
@@ -1620,6 +1629,9 @@ template <typename T, int CPT> __device__ inline void unpack_word(channel_word<T
         v[1] = __uint_as_float(w.y);
     } else if constexpr (sizeof(T) == 4) {
         v[0] = __uint_as_float(w);
+    } else if constexpr (CPT == 4) {
+        unpack2(w.x, v[0], v[1], T());
+        unpack2(w.y, v[2], v[3], T());
     } else if constexpr (CPT == 2) {
         unpack2(w, v[0], v[1], T());
     } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
@@ -1633,6 +1645,7 @@ template <typename T, int CPT> __device__ inline channel_word<T, CPT> pack_word(
 {
     if constexpr (sizeof(T) == 4 && CPT == 2) return make_uint2(__float_as_uint(v[0]), __float_as_uint(v[1]));
     else if constexpr (sizeof(T) == 4) return __float_as_uint(v[0]);
+    else if constexpr (CPT == 4) return make_uint2(pack2(v[0], v[1], T()), pack2(v[2], v[3], T()));
     else if constexpr (CPT == 2) return pack2(v[0], v[1], T());
     else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat16_as_ushort(__float2bfloat16_rn(v[0]));
     else return __half_as_ushort(__float2half_rn(v[0]));
@@ -1647,9 +1660,9 @@ struct stream_place {
     bool inside_c;
 };
 
-template <typename T, int KB> __device__ inline stream_place stream_place_of(const conv_args &a, const stream_plan &plan)
+template <typename T, int CPT> __device__ inline stream_place stream_place_of(const conv_args &a, const stream_plan &plan)
 {
-    using S = stream_shape<T, KB>;
+    using S = stream_shape<T, CPT>;
     stream_place p;
     p.warp = threadIdx.x / 32;
     p.time_block = blockIdx.x / plan.channel_blocks;
@@ -1695,10 +1708,10 @@ template <typename V, int N, int M> __device__ inline void shift_window(V (&v)[N
 
 // The warp's copies of steps t … t + U − 1 of v (those before L; the 16-byte pieces inside
 // C) into a ring slot of U rows of ROW bytes.
-template <typename T, int KB>
+template <typename T, int CPT>
 __device__ inline void stream_copy_chunk(const conv_args &a, const t3 &v, const stream_place &p, int64_t t, char *slot)
 {
-    using S = stream_shape<T, KB>;
+    using S = stream_shape<T, CPT>;
     constexpr int PIECES = S::ROW / 16, ROWS_PER_PASS = 32 / PIECES;
     const int lane = threadIdx.x % 32, piece = lane % PIECES;
     if (p.c0 + piece * (16 / (int)sizeof(T)) >= a.C) return;
@@ -1710,10 +1723,10 @@ __device__ inline void stream_copy_chunk(const conv_args &a, const t3 &v, const 
 }
 
 // This thread's word of step t + r, from a ring slot (0 past L when CHECKED).
-template <typename T, int KB, bool CHECKED>
-__device__ inline channel_word<T, stream_shape<T, KB>::CPT> stream_word(const conv_args &a, const char *slot, int64_t t, int r)
+template <typename T, int CPT, bool CHECKED>
+__device__ inline channel_word<T, CPT> stream_word(const conv_args &a, const char *slot, int64_t t, int r)
 {
-    using S = stream_shape<T, KB>;
+    using S = stream_shape<T, CPT>;
     using word = channel_word<T, S::CPT>;
     if (CHECKED && t + r >= a.L) return word{};
     return *(const word *)(slot + r * S::ROW + threadIdx.x % 32 * S::WORD);
@@ -1750,10 +1763,10 @@ __device__ inline void stream_walk(int64_t t0, int64_t last, int64_t unchecked_f
 template <typename T, int KB>
 __global__ void __launch_bounds__(kBlock, kStreamForwardBlocks) stream_fwd(conv_args a, stream_plan plan)
 {
-    using S = stream_shape<T, KB>;
+    using S = stream_shape<T, stream_forward_cpt<T, KB>()>;
     constexpr int CPT = S::CPT, U = S::U;
     __shared__ alignas(16) char ring[S::LANES][S::RING][U * S::ROW];
-    const stream_place p = stream_place_of<T, KB>(a, plan);
+    const stream_place p = stream_place_of<T, CPT>(a, plan);
     if (p.t0 >= a.L) return; // the whole warp
     float wl[CPT][KB], bias[CPT];
     stream_taps<T, KB, CPT, false>(a, p, wl, bias);
@@ -1762,14 +1775,14 @@ __global__ void __launch_bounds__(kBlock, kStreamForwardBlocks) stream_fwd(conv_
     char(*slots)[U * S::ROW] = ring[p.warp];
     const int64_t y_step = a.y.s2 * (int64_t)sizeof(T);
     char *y_row = (char *)row_of<T>(a.y, p.b, p.inside_c ? p.c : p.c0);
-    auto issue = [&](int64_t t, int slot) { stream_copy_chunk<T, KB>(a, a.x, p, t, slots[slot]); };
+    auto issue = [&](int64_t t, int slot) { stream_copy_chunk<T, CPT>(a, a.x, p, t, slots[slot]); };
     auto compute = [&](auto unchecked, int64_t t, int slot) {
         constexpr bool CHECKED = !decltype(unchecked)::value;
         char *y_at = y_row + t * y_step;
 #pragma unroll
         for (int r = 0; r < U; r++) {
             shift_window(win);
-            unpack_word<T, CPT>(stream_word<T, KB, CHECKED>(a, slots[slot], t, r), win[KB - 1]);
+            unpack_word<T, CPT>(stream_word<T, CPT, CHECKED>(a, slots[slot], t, r), win[KB - 1]);
             float o[CPT];
 #pragma unroll
             for (int q = 0; q < CPT; q++) {
@@ -1795,10 +1808,10 @@ template <typename T, int KB, bool SILU>
 __global__ void __launch_bounds__(kBlock, kStreamBackwardBlocks) stream_bwd(conv_args a, stream_plan plan, float *ws)
 {
     next_kernel_may_start();
-    using S = stream_shape<T, KB>;
+    using S = stream_shape<T, stream_backward_cpt<T, KB>()>;
     constexpr int CPT = S::CPT, U = S::U;
     __shared__ alignas(16) char ring[S::LANES][2][S::RING][U * S::ROW]; // per warp: x, dout
-    const stream_place p = stream_place_of<T, KB>(a, plan);
+    const stream_place p = stream_place_of<T, CPT>(a, plan);
     float partial[CPT][KB + 1]; // dwl[0 … KB−1], dbias, times −ln 2
 #pragma unroll
     for (int q = 0; q < CPT; q++)
@@ -1819,8 +1832,8 @@ __global__ void __launch_bounds__(kBlock, kStreamBackwardBlocks) stream_bwd(conv
         const int64_t dx_step = a.dx.s2 * (int64_t)sizeof(T);
         char *dx_row = (char *)row_of<T>(a.dx, p.b, p.inside_c ? p.c : p.c0);
         auto issue = [&](int64_t t, int slot) {
-            stream_copy_chunk<T, KB>(a, a.x, p, t, x_slots[slot]);
-            stream_copy_chunk<T, KB>(a, a.y, p, t, d_slots[slot]);
+            stream_copy_chunk<T, CPT>(a, a.x, p, t, x_slots[slot]);
+            stream_copy_chunk<T, CPT>(a, a.y, p, t, d_slots[slot]);
         };
         auto compute = [&](auto unchecked, int64_t t, int slot) {
             constexpr bool CHECKED = !decltype(unchecked)::value;
@@ -1830,9 +1843,9 @@ __global__ void __launch_bounds__(kBlock, kStreamBackwardBlocks) stream_bwd(conv
                 const int64_t u = t + r - (KB - 1);
                 shift_window(win);
                 shift_window(gw);
-                unpack_word<T, CPT>(stream_word<T, KB, CHECKED>(a, x_slots[slot], t, r), win[KB - 1]);
+                unpack_word<T, CPT>(stream_word<T, CPT, CHECKED>(a, x_slots[slot], t, r), win[KB - 1]);
                 float d_out[CPT];
-                unpack_word<T, CPT>(stream_word<T, KB, CHECKED>(a, d_slots[slot], t, r), d_out);
+                unpack_word<T, CPT>(stream_word<T, CPT, CHECKED>(a, d_slots[slot], t, r), d_out);
                 const bool own = !CHECKED || t + r < p.end;
 #pragma unroll
                 for (int q = 0; q < CPT; q++) {
@@ -2078,9 +2091,9 @@ tile_plan make_tile_plan(const conv_args &a, const tg_tensor *x, const tg_tensor
 // 64 steps: on the short rows (8×1536×2048, 32×768×1024 bf16) 64 measured 14–16% faster
 // forward+backward than 32, and 128 (with 512 at most) 2% slower than 64; the long rows did
 // not move (bench/NOTES.md, v16).
-template <typename T, int KB> stream_plan make_stream_plan(const conv_args &a)
+template <typename T, int CPT> stream_plan make_stream_plan(const conv_args &a)
 {
-    using S = stream_shape<T, KB>;
+    using S = stream_shape<T, CPT>;
     constexpr int64_t kLongestSegment = 256, kShortestSegment = 64, kWantedBlocks = 4096;
     static_assert(kShortestSegment % S::U == 0, "segments of whole chunks");
     stream_plan plan = {};
@@ -2096,11 +2109,10 @@ template <typename T, int KB> stream_plan make_stream_plan(const conv_args &a)
 // The stream kernels copy x (and dout) in 16-byte pieces of channels and write whole channel
 // words: channel-last tensors with 16-byte aligned steps and C a multiple of 16 bytes' worth,
 // the common case. Other layouts take the tile kernels.
-template <typename T, int KB> bool streams_take(const conv_args &a, const tg_tensor *x, const tg_tensor *y, const tg_tensor *out)
+template <typename T, int CPT> bool streams_take(const conv_args &a, const tg_tensor *x, const tg_tensor *y, const tg_tensor *out)
 {
     constexpr int V = vec_width<T>();
-    return a.C % V == 0 && channels_vectorisable(x, V) && channels_vectorisable(y, V) &&
-           channels_vectorisable(out, stream_shape<T, KB>::CPT);
+    return a.C % V == 0 && channels_vectorisable(x, V) && channels_vectorisable(y, V) && channels_vectorisable(out, CPT);
 }
 
 bool fits_stream_grid(const conv_args &a, const stream_plan &plan)
@@ -2245,8 +2257,8 @@ tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *fina
             if (a.B * a.C * plan.chunks > INT32_MAX) return too_large(a);
             row_fwd_direct<T, KB><<<(unsigned)(a.B * a.C * plan.chunks), threads>>>(a, plan);
         }
-    } else if (streams_take<T, KB>(a, in->x, NULL, out)) {
-        stream_plan plan = make_stream_plan<T, KB>(a);
+    } else if (streams_take<T, stream_forward_cpt<T, KB>()>(a, in->x, NULL, out)) {
+        stream_plan plan = make_stream_plan<T, stream_forward_cpt<T, KB>()>(a);
         if (!fits_stream_grid(a, plan)) return too_large(a);
         stream_fwd<T, KB><<<stream_grid(a, plan), kBlock>>>(a, plan);
     } else {
@@ -2268,7 +2280,7 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
 {
     conv_args a = make_args(in, dout, dx, dfinal);
     const bool rows = time_contiguous(in->x) && time_contiguous(dout) && time_contiguous(dx);
-    const bool streams = !rows && streams_take<T, KB>(a, in->x, dout, dx);
+    const bool streams = !rows && streams_take<T, stream_backward_cpt<T, KB>()>(a, in->x, dout, dx);
     int64_t parts;
     const int threads = row_threads<T>(a.L);
     row_plan rplan = {};
@@ -2279,7 +2291,7 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
         parts = rplan.chunks;
         if (!fits_row_grid(a, rplan)) return too_large(a);
     } else if (streams) {
-        splan = make_stream_plan<T, KB>(a);
+        splan = make_stream_plan<T, stream_backward_cpt<T, KB>()>(a);
         parts = a.B * splan.time_blocks;
         if (!fits_stream_grid(a, splan)) return too_large(a);
     } else {
