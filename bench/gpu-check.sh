@@ -34,7 +34,8 @@
 # within GPU_CHECK_SECONDS (default 480). The sanitizers run the whole conv1d test binary; to
 # sanitize part of it, set SANITIZE_FILTER to a Criterion --filter pattern (e.g. '*/fwd_*');
 # SANITIZE_OTHERS=0 leaves the other CUDA test binaries out of memcheck; BENCH_ARGS passes
-# options to the benchmark (e.g. "--runs 30").
+# options to the benchmark (e.g. "--runs 30"); TG_COMMIT names the commit in the header when
+# the tree was copied without its history.
 set -u
 cd "$(dirname "$0")/.." || exit 2
 
@@ -116,7 +117,9 @@ skip_step() { # skip_step NAME WHY
     record "$1" "skipped ($2)" 0
 }
 
-echo "gpu-check: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)," \
+# A copy of the tree without its history (or with a stale one) cannot say its commit: the
+# caller may name it in TG_COMMIT.
+echo "gpu-check: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), commit ${TG_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}," \
     "budget ${BUDGET}s, output in $OUT"
 
 # ---- the machine, the build ------------------------------------------------------------------
