@@ -1267,7 +1267,8 @@ __global__ void __launch_bounds__(kBlock) row_bwd(conv_args a, row_plan plan, fl
 }
 
 // The bf16 backward from K = 5 on: each warp its 512 steps of a span on tensor cores
-// (tensor_core_backward). 6 resident blocks (80 registers) measured 2–15% faster than 5 (96).
+// (tensor_core_backward). 6 resident blocks (80 registers) measured 2–15% faster than 5 (96),
+// and 7 (72 registers, the tap operands in shared memory) 1.5–2% faster than 6 at K = 8 and 16.
 template <typename T, int KB, bool SILU>
 __global__ void __launch_bounds__(kBlock, 7) row_bwd_tensor_cores(conv_args a, row_plan plan, float *ws)
 {
