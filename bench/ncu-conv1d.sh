@@ -28,7 +28,7 @@ for row in "${rows[@]}"; do
     name="$size-$dtype-$layout-k$width"
     # --quick: 1 warm-up + 5 runs of the forward (6 launches), then the forward+backward's
     # warm-up: forward, backward, partial sum. Skip the first 6, profile the next 3.
-    ncu --clock-control none -k 'regex:row_|tile_|sum_partials' --launch-skip 6 --launch-count 3 \
+    ncu --clock-control none -k 'regex:row_|tile_|stream_|sum_partials' --launch-skip 6 --launch-count 3 \
         --metrics "$METRICS" --csv --page raw \
         "$build/bench/conv1d_bench" --quick --size "$size" --dtype "$dtype" --layout "$layout" --width "$width" \
         > "$OUT/ncu-$name.csv" 2> "$OUT/ncu-$name.err" || { echo "ncu failed on $name"; tail -5 "$OUT/ncu-$name.err"; }
