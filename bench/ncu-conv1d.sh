@@ -62,7 +62,7 @@ for path in sorted(glob.glob(os.path.join(out, 'ncu-*.csv'))):
         for k, label in short.items():
             v = val(k)
             u = units[names.index(k)] if k in names else ''
-            if label == 'us': v = v / 1000 if u == 'nsecond' else v * 1000 if u == 'msecond' else v
+            if label == 'us': v = v / 1000 if u in ('nsecond', 'ns') else v * 1000 if u in ('msecond', 'ms') else v
             if label.endswith('MB'): v = v / 1e6 if u == 'byte' else v * 1e3 if u == 'Gbyte' else v
             if label == 'Minstr': v = v / 1e6
             parts.append(f'{label} {v:.1f}' if v == v else f'{label} -')
