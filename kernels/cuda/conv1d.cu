@@ -1588,6 +1588,7 @@ __global__ void __launch_bounds__(kBlock) tile_bwd(conv_args a, tile_plan plan, 
 // reach the warp through a ring of RING chunks of U steps in shared memory, filled with
 // 16-byte asynchronous copies RING − 1 chunks ahead: the loads in flight hold no registers,
 // and only the warp itself waits on them (no block-wide barrier in the walk).
+
 // Neighbouring channels per thread: two (one 4- or 8-byte word) while the registers allow.
 // The 16-bit forward at K ≤ 4 takes four, so that a warp reads 256-byte rows: 420 against
 // 440 µs at K = 4 (bf16 16×1536×16384); the backward measured 20 µs slower with four.
@@ -1600,6 +1601,7 @@ template <typename T, int KB> __host__ __device__ constexpr int stream_backward_
 template <typename T, int CPT_> struct stream_shape {
     static constexpr int CPT = CPT_;
     static constexpr int WORD = CPT * (int)sizeof(T);  // bytes of one step a thread reads
+    static_assert(WORD == 2 || WORD == 4 || WORD == 8, "a channel word (channel_word) is 2, 4 or 8 bytes");
     static constexpr int ROW = 32 * WORD;              // bytes of one step a warp reads (64–256)
     static constexpr int U = 1024 / ROW;               // steps per chunk: 1 KB of each tensor
     static constexpr int RING = 4;                     // chunks per ring: 3 in flight, 1 computed
