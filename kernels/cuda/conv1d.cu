@@ -1293,6 +1293,73 @@ __global__ void __launch_bounds__(kBlock, 7) row_bwd_tensor_cores(conv_args a, r
     block_partials_to_workspace<KB + 1>(partial, ws, plan.chunks, run.block_in_channel, run.c);
 }
 
+// ---- the per-step maths of the kernels that walk time (tile and stream) -------------------------
+//
+// A thread walks its CPT channels step by step, holding win[KB−1−i] = x[t − i] (and in the
+// backward gw[KB−1−i] = g[t − i]); each step shifts the windows by one and puts the new
+// step's values last.
+
+template <typename V, int N, int M> __device__ inline void shift_window(V (&v)[N][M])
+{
+#pragma unroll
+    for (int j = 0; j < N - 1; j++)
+#pragma unroll
+        for (int q = 0; q < M; q++) v[j][q] = v[j + 1][q];
+}
+
+// The forward's outputs at step t: act(bias + Σ_i wl[i]·x[t − i]) per channel.
+template <int KB, int CPT>
+__device__ inline void step_outputs(const float (&wl)[CPT][KB], const float (&bias)[CPT], const float (&win)[KB][CPT],
+                                    bool silu, float (&out)[CPT])
+{
+#pragma unroll
+    for (int q = 0; q < CPT; q++) {
+        float z = bias[q];
+#pragma unroll
+        for (int i = 0; i < KB; i++) z += wl[q][i] * win[KB - 1 - i][q];
+        out[q] = activate(z, silu);
+    }
+}
+
+// The backward's g at step t, times −ln 2 (taps and bias scaled by −log2 e, as in row_bwd),
+// into gw[KB − 1]; 0 where dout is.
+template <bool SILU, int KB, int CPT>
+__device__ inline void step_gradient(const float (&wl)[CPT][KB], const float (&bias)[CPT], const float (&win)[KB][CPT],
+                                     const float (&d_out)[CPT], float (&gw)[KB][CPT])
+{
+#pragma unroll
+    for (int q = 0; q < CPT; q++) {
+        float zs = bias[q];
+#pragma unroll
+        for (int i = 0; i < KB; i++) zs += wl[q][i] * win[KB - 1 - i][q];
+        gw[KB - 1][q] = d_out[q] * scaled_activation_slope<SILU>(zs);
+    }
+}
+
+// dw's lag sums and dbias gain step t's terms: partial[q][i] += g·x[t − i], partial[q][KB] += g.
+template <int KB, int CPT>
+__device__ inline void add_step_partials(const float (&g)[CPT], const float (&win)[KB][CPT], float (&partial)[CPT][KB + 1])
+{
+#pragma unroll
+    for (int q = 0; q < CPT; q++) {
+        partial[q][KB] += g[q];
+#pragma unroll
+        for (int i = 0; i < KB; i++) partial[q][i] += g[q] * win[KB - 1 - i][q];
+    }
+}
+
+// dx of step u = t − (KB − 1), whose KB values of g the window then holds: Σ_i wl[i]·g[u + i].
+template <int KB, int CPT>
+__device__ inline void oldest_step_dx(const float (&wl)[CPT][KB], const float (&gw)[KB][CPT], float (&d)[CPT])
+{
+#pragma unroll
+    for (int q = 0; q < CPT; q++) {
+        d[q] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < KB; i++) d[q] += wl[q][i] * gw[i][q];
+    }
+}
+
 // ---- tile kernels (the layouts the stream kernels do not take) ------------------------------------
 
 struct tile_plan {
@@ -1444,19 +1511,10 @@ __global__ void __launch_bounds__(kBlock, 8) tile_fwd(conv_args a, tile_plan pla
         const int steps = left < LS ? (int)(left > 0 ? left : 0) : LS;
 #pragma unroll
         for (int s = 0; s < LS; s++) {
-#pragma unroll
-            for (int j = 0; j < KB - 1; j++)
-#pragma unroll
-                for (int q = 0; q < CPT; q++) win[j][q] = win[j + 1][q];
+            shift_window(win);
             read_channels<T, CPT>(&xs[buf][r0 + s + KB - 1][cg], win[KB - 1]);
             float o[CPT];
-#pragma unroll
-            for (int q = 0; q < CPT; q++) {
-                float z = bias[q];
-#pragma unroll
-                for (int i = 0; i < KB; i++) z += wl[q][i] * win[KB - 1 - i][q];
-                o[q] = activate(z, a.silu);
-            }
+            step_outputs(wl, bias, win, a.silu, o);
             if (s < steps) write_channels<T, CPT>(out, a.y.s1, plan.pair_y, count, o);
             out += step; // a pointer walk: no 64-bit multiply per step
         }
@@ -1513,38 +1571,17 @@ __global__ void __launch_bounds__(kBlock) tile_bwd(conv_args a, tile_plan plan, 
         const bool near_final = t0 + r0 + LS > final_from;
 #pragma unroll
         for (int s = 0; s < LS + KB - 1; s++) { // step t = t0 + r0 + s
-#pragma unroll
-            for (int j = 0; j < KB - 1; j++)
-#pragma unroll
-                for (int q = 0; q < CPT; q++) {
-                    win[j][q] = win[j + 1][q];
-                    gw[j][q] = gw[j + 1][q];
-                }
+            shift_window(win);
+            shift_window(gw);
             read_channels<T, CPT>(&xs[buf][r0 + s + KB - 1][cg], win[KB - 1]);
             float d_out[CPT];
-            read_channels<T, CPT>(&ds[buf][r0 + s][cg], d_out);
-#pragma unroll
-            for (int q = 0; q < CPT; q++) {
-                float zs = bias[q];
-#pragma unroll
-                for (int i = 0; i < KB; i++) zs += wl[q][i] * win[KB - 1 - i][q];
-                const float g = d_out[q] * scaled_activation_slope<SILU>(zs); // g·(−ln 2); 0 past the end
-                gw[KB - 1][q] = g;
-                if (s < LS) { // this thread's own steps (the later ones are the next lane's)
-                    partial[q][KB] += g;
-#pragma unroll
-                    for (int i = 0; i < KB; i++) partial[q][i] += g * win[KB - 1 - i][q];
-                }
-            }
-            if (s >= KB - 1) { // dx[u] = Σ_i wl[i]·g[u + i], u = s − (KB − 1)
+            read_channels<T, CPT>(&ds[buf][r0 + s][cg], d_out); // 0 past the end
+            step_gradient<SILU>(wl, bias, win, d_out, gw);
+            if (s < LS) add_step_partials(gw[KB - 1], win, partial); // own steps (the later ones are the next lane's)
+            if (s >= KB - 1) { // dx[u], u = s − (KB − 1)
                 const int u = s - (KB - 1);
                 float d[CPT];
-#pragma unroll
-                for (int q = 0; q < CPT; q++) {
-                    d[q] = 0.0f;
-#pragma unroll
-                    for (int i = 0; i < KB; i++) d[q] += wl[q][i] * gw[i][q];
-                }
+                oldest_step_dx(wl, gw, d);
                 if (near_final) { // only the threads holding the last K−1 steps
                     const int64_t t = t0 + r0 + u;
                     if (t >= final_from && t < a.L)
@@ -1701,14 +1738,6 @@ __device__ inline void stream_window_start(const conv_args &a, const stream_plac
             win[j + 1][q] = p.inside_c ? x_at<T>(a, p.b, p.c + q, p.t0 - (KB - 1) + j) : 0.0f;
 }
 
-template <typename V, int N, int M> __device__ inline void shift_window(V (&v)[N][M])
-{
-#pragma unroll
-    for (int j = 0; j < N - 1; j++)
-#pragma unroll
-        for (int q = 0; q < M; q++) v[j][q] = v[j + 1][q];
-}
-
 // The warp's copies of steps t … t + U − 1 of v (those before L; the 16-byte pieces inside
 // C) into a ring slot of U rows of ROW bytes.
 template <typename T, int CPT>
@@ -1787,13 +1816,7 @@ __global__ void __launch_bounds__(kBlock, kStreamForwardBlocks) stream_fwd(conv_
             shift_window(win);
             unpack_word<T, CPT>(stream_word<T, CPT, CHECKED>(a, slots[slot], t, r), win[KB - 1]);
             float o[CPT];
-#pragma unroll
-            for (int q = 0; q < CPT; q++) {
-                float z = bias[q];
-#pragma unroll
-                for (int i = 0; i < KB; i++) z += wl[q][i] * win[KB - 1 - i][q];
-                o[q] = activate(z, a.silu);
-            }
+            step_outputs(wl, bias, win, a.silu, o);
             if (!CHECKED || (p.inside_c && t + r < p.end))
                 *(channel_word<T, CPT> *)(y_at + r * y_step) = pack_word<T, CPT>(o);
         }
@@ -1849,6 +1872,10 @@ __global__ void __launch_bounds__(kBlock, kStreamBackwardBlocks) stream_bwd(conv
                 unpack_word<T, CPT>(stream_word<T, CPT, CHECKED>(a, x_slots[slot], t, r), win[KB - 1]);
                 float d_out[CPT];
                 unpack_word<T, CPT>(stream_word<T, CPT, CHECKED>(a, d_slots[slot], t, r), d_out);
+                // The maths of step_gradient, add_step_partials (with the segment's own steps
+                // selected, not branched on) and oldest_step_dx, written out: through those
+                // helpers the 16-bit K = 16 build spilled 16–24 bytes and its bf16 backward
+                // measured 9% slower (bench/NOTES.md, v16).
                 const bool own = !CHECKED || t + r < p.end;
 #pragma unroll
                 for (int q = 0; q < CPT; q++) {
