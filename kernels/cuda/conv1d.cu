@@ -830,7 +830,7 @@ template <int KB, bool SILU> struct tensor_core_backward {
     const uint4 *vops;           // the taps for dx as B operands, Vc and Vn (store_tap_operands)
     float p[2][4], pp[2][4];     // P, Pp (per n-tile)
     float g_sum;                 // Σ g over this lane's elements, for dbias
-    const float *wl;             // the taps in shared memory, for z on the segment after the warp's
+    const float *wl;             // the taps in shared memory, for z after the warp's steps (kWide)
 
     // taps: KB floats, ops: 128 words of shared memory, readable by every thread after the
     // caller's next barrier.
@@ -899,6 +899,43 @@ template <int KB, bool SILU> struct tensor_core_backward {
     __device__ __forceinline__ void gradient_after(const __nv_bfloat16 *xe, const __nv_bfloat16 *de, unsigned (&hi)[2],
                                    unsigned (&lo)[2]) const
     {
+        if constexpr (kWide) gradient_after_by_lanes(xe, de, hi, lo);
+        else gradient_after_on_tensor_cores(xe, de, hi[0], lo[0]);
+    }
+
+    // Without kWide the 8 steps after the warp are z's row of a product like a tile's: every
+    // row of X is those 8 steps (columns 0–7; 8–15 meet only zero taps) and every row of Xp
+    // the 8 before them, so every row of the result holds z at the pairs (2q, 2q + 1). One
+    // ldmatrix and two products, where the sum in gradient_after_by_lanes took ~50
+    // instructions per pass.
+    __device__ __forceinline__ void gradient_after_on_tensor_cores(const __nv_bfloat16 *xe, const __nv_bfloat16 *de,
+                                                                   unsigned &hi, unsigned &lo) const
+    {
+        const int q = threadIdx.x % 4;
+        float d0, d1;
+        unpack2(*(const unsigned *)(de + 2 * q), d0, d1, __nv_bfloat16());
+        if constexpr (SILU) {
+            unsigned rows[2]; // lanes 0–7 give matrix 0's rows, lanes 8–15 matrix 1's
+            load_matrices(rows, threadIdx.x % 32 < 8 ? xe : xe - 8);
+            const unsigned x[4] = {rows[0], 0u, 0u, 0u}, xp[4] = {0u, 0u, rows[1], 0u};
+            unsigned wc[2][2], wp[2][2];
+            zt.operands(wc, wp);
+            const float biases[4] = {zt.bias, zt.bias, zt.bias, zt.bias};
+            float z[4];
+            multiply(z, x, wc[0], biases);
+            multiply_add(z, xp, wp[0]);
+            d0 *= activation_slope(z[0], true), d1 *= activation_slope(z[1], true);
+        }
+        // From step K − 1 on the taps are zero; zeros there keep an inf or NaN of x or dout
+        // out of dx.
+        if (2 * q >= KB - 1) d0 = 0.0f;
+        if (2 * q + 1 >= KB - 1) d1 = 0.0f;
+        split_pair(d0, d1, hi, lo);
+    }
+
+    __device__ __forceinline__ void gradient_after_by_lanes(const __nv_bfloat16 *xe, const __nv_bfloat16 *de,
+                                                            unsigned (&hi)[2], unsigned (&lo)[2]) const
+    {
         const int lane = threadIdx.x % 32, s = lane % 16, q = lane % 4;
         float gs = 0.0f;
         if (s < KB - 1) {
@@ -947,9 +984,9 @@ template <int KB, bool SILU> struct tensor_core_backward {
     {
         const int q = threadIdx.x % 4;
         unsigned hi[2][4], lo[2][4], after_hi[2] = {0, 0}, after_lo[2] = {0, 0};
+        gradient_after(x + 512, d + 512, after_hi, after_lo); // first: fewer registers live
         gradient_tile(x, d, hi[0], lo[0]);
         gradient_tile(x + 256, d + 256, hi[1], lo[1]);
-        gradient_after(x + 512, d + 512, after_hi, after_lo);
         const bool pairs = plan.vec_dx && t_first + 512 <= a.L && t_first + 512 <= final_from;
         __nv_bfloat16 *out = row_of<__nv_bfloat16>(a.dx, b, c);
 #pragma unroll
@@ -2065,22 +2102,48 @@ row_plan make_row_fwd_direct_plan(const conv_args &a, const tg_tensor *x, const 
     return plan;
 }
 
-// The staged kernels' plan (struct row_plan): up to 8 spans per block. Fewer, longer blocks
-// measured faster than a grid of more waves on the short sizes (8×1536×2048, 32×768×1024):
-// a block's setup and first loads, not the partly idle last wave, dominate there.
+// Spans per block when the grid is sized to the waves of resident blocks (`resident`: blocks
+// the whole GPU holds at once). A block pays a fixed cost besides its spans: its taps, its
+// bookkeeping, and at its end the dw and dbias partials. In the tensor-core backward at
+// K = 8 that was 16% of the instructions with 8 spans per block, about 1.7 spans' worth
+// (bench/NOTES.md, v17), which argues for few, long blocks; a last wave left partly empty
+// argues against. The time is modelled as waves × (spans per block + kBlockCost) over 8 to
+// 64 spans per block; the cheapest wins, the shorter blocks on a tie.
+int row_passes_for_waves(int64_t items, int64_t C, int64_t resident)
+{
+    constexpr int kMinPasses = 8, kMaxPasses = 64;
+    constexpr double kBlockCost = 2.0;
+    if (items <= kMinPasses || resident <= 0) return (int)(items < kMinPasses ? items : kMinPasses);
+    int best = kMinPasses;
+    double best_cost = 0.0;
+    for (int passes = kMinPasses; passes <= kMaxPasses && passes <= items; passes++) {
+        const int64_t blocks = C * ((items + passes - 1) / passes);
+        const double cost = (double)((blocks + resident - 1) / resident) * (passes + kBlockCost);
+        if (passes == kMinPasses || cost < best_cost) best = passes, best_cost = cost;
+    }
+    return best;
+}
+
+// The staged kernels' plan (struct row_plan): 8 spans per block (fewer where the channel's
+// list is shorter), or with `resident` > 0 as many as fill whole waves of that many blocks
+// (row_passes_for_waves). Fewer, longer blocks measured faster than a grid of more waves on
+// the short sizes (8×1536×2048, 32×768×1024): a block's setup and first loads, not the partly
+// idle last wave, dominate there.
 //   The spans stage x from `halo` steps before the span to `right_halo` after it (dout, when
 // staged, from the span's start to at most as far).
 template <typename T>
 row_plan make_row_plan(const conv_args &a, const tg_tensor *x, const tg_tensor *y, const tg_tensor *dx, int threads,
-                       int halo, int right_halo)
+                       int halo, int right_halo, int64_t resident = 0)
 {
     constexpr int V = vec_width<T>();
-    constexpr int kMaxPasses = 8;
     row_plan plan = {};
     plan.chunk_len = threads * row_ept<T>();
     plan.spans = (a.L + plan.chunk_len - 1) / plan.chunk_len;
     const int64_t items = a.B * plan.spans; // per channel
-    plan.passes = (int)(items < kMaxPasses ? items : kMaxPasses);
+    plan.passes = row_passes_for_waves(items, a.C, resident);
+#ifdef TG_ROW_BWD_FIXED_PASSES
+    if (resident > 0) plan.passes = (int)(items < TG_ROW_BWD_FIXED_PASSES ? items : TG_ROW_BWD_FIXED_PASSES);
+#endif
     plan.chunks = (items + plan.passes - 1) / plan.passes;
     plan.vec_x = rows_aligned(x, V);
     plan.vec_y = rows_aligned(y, V);
@@ -2304,6 +2367,18 @@ tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *fina
     return status;
 }
 
+// Blocks of `kernel` the whole GPU holds at once (0 when the runtime cannot say: the plans
+// then fall back to their fixed sizes).
+template <typename Kernel> int64_t resident_blocks(Kernel kernel, int threads, size_t shared)
+{
+    int per_multiprocessor = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, threads, shared) != cudaSuccess) {
+        (void)cudaGetLastError(); // clear it: the next launch check must not report it
+        return 0;
+    }
+    return (int64_t)per_multiprocessor * tg_cuda_multiprocessors();
+}
+
 template <typename T, int KB>
 tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, const tg_tensor *dfinal, tg_tensor *dx,
                            tg_tensor *dweight, tg_tensor *dbias, tg_tensor *dinitial)
@@ -2316,8 +2391,19 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
     row_plan rplan = {};
     stream_plan splan = {};
     tile_plan tplan = {};
+    void (*row_kernel)(conv_args, row_plan, float *) = NULL;
     if (rows) {
-        rplan = make_row_plan<T>(a, in->x, dout, dx, threads, row_shape<T, KB>::H, row_shape<T, KB>::H);
+        if constexpr (backward_on_tensor_cores<T, KB>())
+            row_kernel = a.silu ? row_bwd_tensor_cores<T, KB, true> : row_bwd_tensor_cores<T, KB, false>;
+        else
+            row_kernel = a.silu ? row_bwd<T, KB, true> : row_bwd<T, KB, false>;
+        // The tensor-core backward's blocks end with costly partial sums: its grid fills whole
+        // waves with long blocks (K = 8: fwd+bwd 1177 → 1127 µs). The float backward measured
+        // slower that way (bf16 K = 4 1002 → 1032 µs, f32 1948 → 1975): 8 spans per block.
+        int64_t resident = 0;
+        if constexpr (backward_on_tensor_cores<T, KB>())
+            resident = resident_blocks(row_kernel, threads, row_shape<T, KB>::backward_bytes(threads * row_ept<T>()));
+        rplan = make_row_plan<T>(a, in->x, dout, dx, threads, row_shape<T, KB>::H, row_shape<T, KB>::H, resident);
         parts = rplan.chunks;
         if (!fits_row_grid(a, rplan)) return too_large(a);
     } else if (streams) {
@@ -2335,12 +2421,8 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
     if (status != TG_OK) return status;
     const char *op = "tg_causal_conv1d backward";
     if (rows) {
-        void (*kernel)(conv_args, row_plan, float *);
-        if constexpr (backward_on_tensor_cores<T, KB>())
-            kernel = a.silu ? row_bwd_tensor_cores<T, KB, true> : row_bwd_tensor_cores<T, KB, false>;
-        else
-            kernel = a.silu ? row_bwd<T, KB, true> : row_bwd<T, KB, false>;
-        kernel<<<(unsigned)(a.C * rplan.chunks), threads, row_shape<T, KB>::backward_bytes(rplan.chunk_len)>>>(a, rplan, ws);
+        const size_t shared = row_shape<T, KB>::backward_bytes(rplan.chunk_len);
+        row_kernel<<<(unsigned)(a.C * rplan.chunks), threads, shared>>>(a, rplan, ws);
     } else if (streams) {
         auto kernel = a.silu ? stream_bwd<T, KB, true> : stream_bwd<T, KB, false>;
         kernel<<<stream_grid(a, splan), kBlock>>>(a, splan, ws);

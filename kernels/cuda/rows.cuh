@@ -122,22 +122,4 @@ __device__ inline row_lse<Acc> row_logsumexp(const tg_cuda_view &x, int64_t star
     return {max, tg_log(block_sum(sum, shared))};
 }
 
-// The number of multiprocessors of the current device (read once): sizes grids whose
-// per-block partial results must be few.
-static inline int tg_cuda_multiprocessors(void)
-{
-    static int count = 0;
-    if (count == 0) {
-        int device = 0, value = 0;
-        if (cudaGetDevice(&device) == cudaSuccess &&
-            cudaDeviceGetAttribute(&value, cudaDevAttrMultiProcessorCount, device) == cudaSuccess && value > 0)
-            count = value;
-        else {
-            count = 1; // still correct, only slower
-            (void)cudaGetLastError(); // so the next launch check does not report this error
-        }
-    }
-    return count;
-}
-
 #endif
