@@ -317,8 +317,8 @@ template <typename T, int KB> struct row_shape {
     static constexpr int HV = (KB - 1 + V - 1) / V; // halo vectors (at least K−1 steps) on a side
     static constexpr int H = HV * V;                 // halo steps on a side
     // Shared memory of the staged backward for spans of ch steps: x over [t0 − H, t0 + ch + H)
-    // and dout over [t0, t0 + ch + H), kStages of each.
-    static size_t backward_bytes(int ch) { return kStages * (size_t)(2 * ch + 3 * H) * sizeof(T); }
+    // and dout over [t0, t0 + ch + H), `stages` of each.
+    static size_t backward_bytes(int ch, int stages) { return stages * (size_t)(2 * ch + 3 * H) * sizeof(T); }
 };
 
 // The backward's staged spans, in dynamic shared memory sized to the plan's spans (row_shape):
@@ -482,8 +482,8 @@ __device__ inline void store_row(T *row, bool vec_ok, int64_t L, int64_t t0, con
 // copies counted on ready[buffer]), compute(span, buffer) works on a staged one; setup() runs
 // while the first spans are in flight. Each buffer's barrier completes one phase per use, so
 // a buffer's uses wait for parity 0, 1, 0, …
-template <typename Stage, typename Setup, typename Compute>
-__device__ inline void walk_spans(const row_run &run, const row_plan &plan, uint64_t (&ready)[kStages], Stage stage,
+template <int STAGES, typename Stage, typename Setup, typename Compute>
+__device__ inline void walk_spans(const row_run &run, const row_plan &plan, uint64_t (&ready)[STAGES], Stage stage,
                                   Setup setup, Compute compute)
 {
     const int spans = (int)plan.spans;
@@ -494,14 +494,14 @@ __device__ inline void walk_spans(const row_run &run, const row_plan &plan, uint
         stage(ahead, ahead_buffer);
         if (threadIdx.x == 0) arrival_arrive(&ready[ahead_buffer]);
         ahead.advance(spans);
-        ahead_buffer = ahead_buffer + 1 == kStages ? 0 : ahead_buffer + 1;
+        ahead_buffer = ahead_buffer + 1 == STAGES ? 0 : ahead_buffer + 1;
         staged++;
     };
     if (threadIdx.x == 0) { // only thread 0 touches the barriers before the __syncthreads below
-        for (int i = 0; i < kStages; i++) arrival_barrier_init(&ready[i]);
+        for (int i = 0; i < STAGES; i++) arrival_barrier_init(&ready[i]);
         arrival_barriers_published();
     }
-    while (staged < kStages - 1 && staged < run.count) stage_ahead();
+    while (staged < STAGES - 1 && staged < run.count) stage_ahead();
     setup();
     __syncthreads(); // the barriers and the first spans' edge elements, for every thread
     int buffer = 0;
@@ -511,7 +511,7 @@ __device__ inline void walk_spans(const row_run &run, const row_plan &plan, uint
         arrival_wait(&ready[buffer], parity);
         compute(current, buffer);
         current.advance(spans);
-        if (++buffer == kStages) buffer = 0, parity ^= 1;
+        if (++buffer == STAGES) buffer = 0, parity ^= 1;
         if (pass + 1 < run.count) __syncthreads(); // before this buffer is staged again; edges written
     }
 }
@@ -977,30 +977,36 @@ template <int KB, bool SILU> struct tensor_core_backward {
         multiply_add(dx[1], gn, vn[1]);
     }
 
-    // The warp's 512 steps of a span from step t_first: x and dout point at that step in the
-    // staged buffers (x with the steps before it staged too).
-    __device__ __forceinline__ void pass(const conv_args &a, const row_plan &plan, const __nv_bfloat16 *x, const __nv_bfloat16 *d,
-                         int64_t b, int64_t c, int64_t t_first, int64_t final_from)
+    // The warp's TILES · 256 steps of a span from step t_first: x and dout point at that step in
+    // the staged buffers (x with the steps before it staged too). A tile's dx needs the first
+    // row of the next tile's g, so g runs a tile ahead of dx: two tiles of g are live at a time.
+    template <int TILES>
+    __device__ __forceinline__ void pass(const conv_args &a, const row_plan &plan, const __nv_bfloat16 *x,
+                                         const __nv_bfloat16 *d, int64_t b, int64_t c, int64_t t_first,
+                                         int64_t final_from)
     {
         const int q = threadIdx.x % 4;
         unsigned hi[2][4], lo[2][4], after_hi[2] = {0, 0}, after_lo[2] = {0, 0};
-        gradient_after(x + 512, d + 512, after_hi, after_lo); // first: fewer registers live
+        gradient_after(x + 256 * TILES, d + 256 * TILES, after_hi, after_lo); // first: fewer registers live
         gradient_tile(x, d, hi[0], lo[0]);
-        gradient_tile(x + 256, d + 256, hi[1], lo[1]);
-        const bool pairs = plan.vec_dx && t_first + 512 <= a.L && t_first + 512 <= final_from;
+        // Tiles wholly before this step store pairs (an aligned row, no final states to add).
+        const int64_t pairs_end = plan.vec_dx ? (a.L < final_from ? a.L : final_from) : 0;
         __nv_bfloat16 *out = row_of<__nv_bfloat16>(a.dx, b, c);
 #pragma unroll
-        for (int mt = 0; mt < 2; mt++) {
+        for (int mt = 0; mt < TILES; mt++) {
+            const int now = mt % 2, next = 1 - now;
             unsigned next_hi[2] = {after_hi[0], after_hi[1]}, next_lo[2] = {after_lo[0], after_lo[1]};
-            if (mt == 0) {
-                next_hi[0] = __shfl_sync(~0u, hi[1][0], q), next_lo[0] = __shfl_sync(~0u, lo[1][0], q);
+            if (mt + 1 < TILES) {
+                gradient_tile(x + 256 * (mt + 1), d + 256 * (mt + 1), hi[next], lo[next]);
+                next_hi[0] = __shfl_sync(~0u, hi[next][0], q), next_lo[0] = __shfl_sync(~0u, lo[next][0], q);
                 if constexpr (kWide)
-                    next_hi[1] = __shfl_sync(~0u, hi[1][2], q), next_lo[1] = __shfl_sync(~0u, lo[1][2], q);
+                    next_hi[1] = __shfl_sync(~0u, hi[next][2], q), next_lo[1] = __shfl_sync(~0u, lo[next][2], q);
             }
             float dx[2][4] = {};
-            input_gradient_tile(hi[mt], next_hi, dx);
-            if constexpr (SILU) input_gradient_tile(lo[mt], next_lo, dx);
-            store_tile(out, a.L, pairs, t_first + 256 * mt, dx, [&](int64_t u, float v) {
+            input_gradient_tile(hi[now], next_hi, dx);
+            if constexpr (SILU) input_gradient_tile(lo[now], next_lo, dx);
+            const int64_t t0 = t_first + 256 * mt;
+            store_tile(out, a.L, t0 + 256 <= pairs_end, t0, dx, [&](int64_t u, float v) {
                 return u >= final_from ? v + ld<__nv_bfloat16>(a.dfinal, b, c, u - final_from) : v;
             });
         }
@@ -1207,8 +1213,8 @@ __device__ inline void block_partials_to_workspace(float (&partial)[N], float *w
 }
 
 // The backward's buffers and staging, shared by both backward kernels: x over
-// [t0 − H, t0 + ch + H) and dout over [t0, t0 + ch + H) of each span, kStages of each.
-template <typename T, int KB> struct backward_stage {
+// [t0 − H, t0 + ch + H) and dout over [t0, t0 + ch + H) of each span, STAGES of each.
+template <typename T, int KB, int STAGES> struct backward_stage {
     static constexpr int H = row_shape<T, KB>::H;
     const conv_args &a;
     const row_plan &plan;
@@ -1218,7 +1224,7 @@ template <typename T, int KB> struct backward_stage {
     uint64_t *ready;
     __device__ backward_stage(const conv_args &a_, const row_plan &plan_, int64_t c_, uint64_t *ready_)
         : a(a_), plan(plan_), c(c_), ch(plan_.chunk_len), xn(ch + 2 * H), dn(ch + H), xs((T *)row_stage_memory),
-          ds(xs + kStages * xn), ready(ready_)
+          ds(xs + STAGES * xn), ready(ready_)
     {
     }
     __device__ const T *x(int buf) const { return xs + buf * xn; } // from the span's first step − H
@@ -1251,7 +1257,7 @@ __global__ void __launch_bounds__(kBlock) row_bwd(conv_args a, row_plan plan, fl
     __shared__ uint64_t ready[kStages];
     const row_run run = row_run_of(a, plan);
     const int64_t c = run.c;
-    const backward_stage<T, KB> stage(a, plan, c, ready);
+    const backward_stage<T, KB, kStages> stage(a, plan, c, ready);
     const int ch = plan.chunk_len, xn = stage.xn, dn = stage.dn;
     const T *const xs = stage.xs, *const ds = stage.ds;
     const int64_t final_from = final_states_from(a);
@@ -1303,26 +1309,35 @@ __global__ void __launch_bounds__(kBlock) row_bwd(conv_args a, row_plan plan, fl
     block_partials_to_workspace<KB + 1>(partial, ws, plan.chunks, run.block_in_channel, c);
 }
 
-// The bf16 backward from K = 5 on: each warp its 512 steps of a span on tensor cores
-// (tensor_core_backward). 6 resident blocks (80 registers) measured 2–15% faster than 5 (96),
-// and 7 (72 registers, the tap operands in shared memory) 1.5–2% faster than 6 at K = 8 and 16.
+// The bf16 backward from K = 5 on: each warp takes 1024 steps of a span (four tiles) per pass
+// on tensor cores (tensor_core_backward), twice the float kernel's 512. The work paid once per
+// pass (g after the warp's steps, addresses, the wait for the span) and once per span (the
+// walk, its barrier, the staging) then serves twice the steps; spans of 4096 steps in two
+// stages take 33 KB of shared memory. Registers decide the rest: at 6 resident blocks
+// (80 registers) the four tiles spilled and bf16 K = 8 fwd+bwd measured 1295 µs, at 5 (96)
+// 1063 µs, at 4 (up to 128, no spills) 1067 µs, with K = 16 1250 → 1165 µs and the short
+// rows 107 → 101 µs from 5 to 4 (bench/NOTES.md, v17). Three stages at 4 blocks: no change.
+constexpr int kTensorCoreTiles = 4, kTensorCoreStages = 2;
+constexpr int kTensorCoreStepsPerThread = kTensorCoreTiles * 256 / 32;
+
 template <typename T, int KB, bool SILU>
-__global__ void __launch_bounds__(kBlock, 7) row_bwd_tensor_cores(conv_args a, row_plan plan, float *ws)
+__global__ void __launch_bounds__(kBlock, 4) row_bwd_tensor_cores(conv_args a, row_plan plan, float *ws)
 {
     next_kernel_may_start();
-    constexpr int EPT = row_shape<T, KB>::EPT, H = row_shape<T, KB>::H;
-    __shared__ uint64_t ready[kStages];
+    constexpr int H = row_shape<T, KB>::H;
+    __shared__ uint64_t ready[kTensorCoreStages];
     __shared__ float taps[KB];
     __shared__ uint4 ops[128];
     const row_run run = row_run_of(a, plan);
-    const backward_stage<T, KB> stage(a, plan, run.c, ready);
+    const backward_stage<T, KB, kTensorCoreStages> stage(a, plan, run.c, ready);
     const int64_t final_from = final_states_from(a);
     tensor_core_backward<KB, SILU> tc;
-    const int warp_first = threadIdx.x / 32 * 32 * EPT; // a warp's steps, as the float kernel's threads'
+    const int warp_first = threadIdx.x / 32 * 32 * kTensorCoreStepsPerThread;
     auto compute = [&](row_span span, int buf) {
         const int64_t t_first = (int64_t)span.index * plan.chunk_len + warp_first;
         if (t_first >= a.L) return; // uniform across the warp
-        tc.pass(a, plan, stage.x(buf) + H + warp_first, stage.dout(buf) + warp_first, span.b, run.c, t_first, final_from);
+        tc.template pass<kTensorCoreTiles>(a, plan, stage.x(buf) + H + warp_first, stage.dout(buf) + warp_first,
+                                           span.b, run.c, t_first, final_from);
     };
     walk_spans(run, plan, ready, stage, [&] { tc.setup(a, run.c, taps, ops); }, compute);
     float partial[KB + 1];
@@ -2079,9 +2094,9 @@ bool channels_vectorisable(const tg_tensor *t, int cpt)
 constexpr int64_t kStagedForwardMinL = 8192;
 
 // Threads per block of the row kernels: kBlock, or fewer (whole warps) for a short row.
-template <typename T> int row_threads(int64_t L)
+int row_threads(int64_t L, int steps_per_thread)
 {
-    const int64_t threads = (L + row_ept<T>() - 1) / row_ept<T>();
+    const int64_t threads = (L + steps_per_thread - 1) / steps_per_thread;
     return threads >= kBlock ? kBlock : (int)((threads + 31) / 32 * 32);
 }
 
@@ -2133,11 +2148,11 @@ int row_passes_for_waves(int64_t items, int64_t C, int64_t resident)
 // staged, from the span's start to at most as far).
 template <typename T>
 row_plan make_row_plan(const conv_args &a, const tg_tensor *x, const tg_tensor *y, const tg_tensor *dx, int threads,
-                       int halo, int right_halo, int64_t resident = 0)
+                       int steps_per_thread, int halo, int right_halo, int64_t resident = 0)
 {
     constexpr int V = vec_width<T>();
     row_plan plan = {};
-    plan.chunk_len = threads * row_ept<T>();
+    plan.chunk_len = threads * steps_per_thread;
     plan.spans = (a.L + plan.chunk_len - 1) / plan.chunk_len;
     const int64_t items = a.B * plan.spans; // per channel
     plan.passes = row_passes_for_waves(items, a.C, resident);
@@ -2321,7 +2336,7 @@ tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *fina
     const char *op = "tg_causal_conv1d";
     conv_args a = make_args(in, out, NULL, NULL);
     if (time_contiguous(in->x) && time_contiguous(out)) {
-        const int threads = row_threads<T>(a.L);
+        const int threads = row_threads(a.L, row_ept<T>());
         // The staged forward serves 16-bit data from K = 5 on (kStagedForwardMinL), and is
         // compiled only there. On tensor cores it is the faster one from full blocks on
         // (L = 2048: 45 against 62 µs at 8×1536×2048, K = 16); with fewer threads per block it
@@ -2333,7 +2348,7 @@ tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *fina
                      rows_aligned(in->x, vec_width<T>());
         if (staged) {
             using S = row_shape<T, KB>;
-            row_plan plan = make_row_plan<T>(a, in->x, out, NULL, threads, S::H, 0);
+            row_plan plan = make_row_plan<T>(a, in->x, out, NULL, threads, row_ept<T>(), S::H, 0);
             if (!fits_row_grid(a, plan)) return too_large(a);
             if constexpr (kMayStage) {
                 auto kernel = a.silu ? row_fwd_staged<T, KB, true> : row_fwd_staged<T, KB, false>;
@@ -2387,23 +2402,29 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
     const bool rows = time_contiguous(in->x) && time_contiguous(dout) && time_contiguous(dx);
     const bool streams = !rows && streams_take<T, stream_backward_cpt<T, KB>()>(a, in->x, dout, dx);
     int64_t parts;
-    const int threads = row_threads<T>(a.L);
+    constexpr bool kTensorCores = backward_on_tensor_cores<T, KB>();
+    constexpr int kStepsPerThread = kTensorCores ? kTensorCoreStepsPerThread : row_ept<T>();
+    constexpr int kSpanStages = kTensorCores ? kTensorCoreStages : kStages;
+    const int threads = row_threads(a.L, kStepsPerThread);
     row_plan rplan = {};
     stream_plan splan = {};
     tile_plan tplan = {};
     void (*row_kernel)(conv_args, row_plan, float *) = NULL;
     if (rows) {
-        if constexpr (backward_on_tensor_cores<T, KB>())
+        if constexpr (kTensorCores)
             row_kernel = a.silu ? row_bwd_tensor_cores<T, KB, true> : row_bwd_tensor_cores<T, KB, false>;
         else
             row_kernel = a.silu ? row_bwd<T, KB, true> : row_bwd<T, KB, false>;
         // The tensor-core backward's blocks end with costly partial sums: its grid fills whole
-        // waves with long blocks (K = 8: fwd+bwd 1177 → 1127 µs). The float backward measured
-        // slower that way (bf16 K = 4 1002 → 1032 µs, f32 1948 → 1975): 8 spans per block.
+        // waves with long blocks (K = 8, 512 steps per warp pass then: fwd+bwd 1177 → 1127 µs).
+        // The float backward measured slower that way (bf16 K = 4 1002 → 1032 µs, f32 1948 →
+        // 1975): 8 spans per block.
         int64_t resident = 0;
-        if constexpr (backward_on_tensor_cores<T, KB>())
-            resident = resident_blocks(row_kernel, threads, row_shape<T, KB>::backward_bytes(threads * row_ept<T>()));
-        rplan = make_row_plan<T>(a, in->x, dout, dx, threads, row_shape<T, KB>::H, row_shape<T, KB>::H, resident);
+        if constexpr (kTensorCores)
+            resident = resident_blocks(row_kernel, threads,
+                                       row_shape<T, KB>::backward_bytes(threads * kStepsPerThread, kSpanStages));
+        rplan = make_row_plan<T>(a, in->x, dout, dx, threads, kStepsPerThread, row_shape<T, KB>::H, row_shape<T, KB>::H,
+                                 resident);
         parts = rplan.chunks;
         if (!fits_row_grid(a, rplan)) return too_large(a);
     } else if (streams) {
@@ -2421,7 +2442,7 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
     if (status != TG_OK) return status;
     const char *op = "tg_causal_conv1d backward";
     if (rows) {
-        const size_t shared = row_shape<T, KB>::backward_bytes(rplan.chunk_len);
+        const size_t shared = row_shape<T, KB>::backward_bytes(rplan.chunk_len, kSpanStages);
         row_kernel<<<(unsigned)(a.C * rplan.chunks), threads, shared>>>(a, rplan, ws);
     } else if (streams) {
         auto kernel = a.silu ? stream_bwd<T, KB, true> : stream_bwd<T, KB, false>;
