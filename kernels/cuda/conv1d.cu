@@ -497,10 +497,15 @@ __device__ inline void walk_spans(const row_run &run, const row_plan &plan, uint
         ahead_buffer = ahead_buffer + 1 == STAGES ? 0 : ahead_buffer + 1;
         staged++;
     };
-    if (threadIdx.x == 0) { // only thread 0 touches the barriers before the __syncthreads below
+    if (threadIdx.x == 0) {
         for (int i = 0; i < STAGES; i++) arrival_barrier_init(&ready[i]);
         arrival_barriers_published();
     }
+    // Only thread 0 arrives on the barriers before the __syncthreads below, but the compiler
+    // may initialise them from warp 0's uniform datapath, which racecheck counts as the
+    // whole warp writing them: a barrier here keeps the initialisation apart from the
+    // arrivals (once per block).
+    __syncthreads();
     while (staged < STAGES - 1 && staged < run.count) stage_ahead();
     setup();
     __syncthreads(); // the barriers and the first spans' edge elements, for every thread
