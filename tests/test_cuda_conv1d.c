@@ -230,6 +230,16 @@ Test(cuda_conv1d, long_aligned_16bit_rows_with_states)
                                    tt_randint(0, 1), tt_randint(0, 1), true, true});
 }
 
+/* The bf16 tensor-core backward (K ≥ 5) sizes its grid to whole waves of resident blocks, so
+ * a block may take more spans than a row has: on an H200 each block here takes its channel's
+ * 12 spans of 4096 steps across all 4 rows, the last span of each row partly past its end. */
+Test(cuda_conv1d, bf16_backward_blocks_across_rows)
+{
+    tt_require_cuda();
+    check_case((conv_case){4, 300, 8200, 8, LAYOUT_CHANNEL_FIRST, TG_BF16, true, true, true, true});
+    check_case((conv_case){3, 200, 4096 * 3 + 24, 16, LAYOUT_CHANNEL_FIRST, TG_BF16, true, true, true, true});
+}
+
 /* Two backward passes give bitwise-equal weight and bias gradients (no atomics). */
 Test(cuda_conv1d, gradients_are_bitwise_repeatable)
 {
