@@ -501,10 +501,10 @@ __device__ inline void walk_spans(const row_run &run, const row_plan &plan, uint
         for (int i = 0; i < STAGES; i++) arrival_barrier_init(&ready[i]);
         arrival_barriers_published();
     }
-    // Only thread 0 arrives on the barriers before the __syncthreads below, but the compiler
-    // may initialise them from warp 0's uniform datapath, which racecheck counts as the
-    // whole warp writing them: a barrier here keeps the initialisation apart from the
-    // arrivals (once per block).
+    // Until the barrier after setup() only thread 0 arrives on the barriers. Yet the compiler
+    // may initialise them from warp 0's uniform datapath, which racecheck reported as a
+    // hazard against thread 0's first arrivals (with two stages): this block barrier keeps
+    // the initialisation apart from the arrivals, once per block.
     __syncthreads();
     while (staged < STAGES - 1 && staged < run.count) stage_ahead();
     setup();
@@ -607,8 +607,9 @@ __global__ void __launch_bounds__(kBlock) row_fwd_direct(conv_args a, row_plan p
 // g, and the per-lag sums of dw (about 3·K multiply-adds per step, plus the K − 1 steps of z
 // and g rebuilt past each thread's own). All three are small matrix products in disguise, so
 // in bf16 the tensor cores do them where K makes the float maths long (the backward from
-// K = 5 on, the staged forward, z alone, from K = 9 on: backward_on_tensor_cores). A warp's 512 steps of a span are two tiles of 16 segments
-// (rows j) × 16 steps (columns n); for a tile starting at step T0:
+// K = 5 on, the staged forward, z alone, from K = 9 on: backward_on_tensor_cores). A warp
+// takes a span's steps as tiles of 16 segments (rows j) × 16 steps (columns n), two per pass
+// in the forward, four in the backward; for a tile starting at step T0:
 //   z[j][n]  = bias + Σ_k X[j][k]·Wc[k][n] + Σ_k Xp[j][k]·Wp[k][n]
 //              X[j][k] = x[T0 + 16j + k], Xp the segment before (X one row earlier),
 //              Wc[k][n] = wl[n − k], Wp[k][n] = wl[n − k + 16]
@@ -898,7 +899,7 @@ template <int KB, bool SILU> struct tensor_core_backward {
         if constexpr (SILU) add_lag_sums(lo);
     }
 
-    // g on the first K − 1 steps after the warp's 512 (the next warp's first, or the next
+    // g on the first K − 1 steps after the warp's pass (the next warp's first, or the next
     // span's), which the warp's last segment needs for dx: the pairs (2q, 2q + 1) and, with
     // kWide, (2q + 8, 2q + 9) at every lane, split as the tiles' are.
     __device__ __forceinline__ void gradient_after(const __nv_bfloat16 *xe, const __nv_bfloat16 *de, unsigned (&hi)[2],
@@ -908,9 +909,9 @@ template <int KB, bool SILU> struct tensor_core_backward {
         else gradient_after_on_tensor_cores(xe, de, hi[0], lo[0]);
     }
 
-    // Without kWide the 8 steps after the warp are z's row of a product like a tile's: every
-    // row of X is those 8 steps (columns 0–7; 8–15 meet only zero taps) and every row of Xp
-    // the 8 before them, so every row of the result holds z at the pairs (2q, 2q + 1). One
+    // Without kWide the 8 steps after the warp are z's row of a product like a tile's: each of
+    // rows 0–7 of X is those 8 steps (columns 0–7; 8–15 meet only zero taps) and of Xp the 8
+    // before them, so each of the result's rows 0–7 holds z at the pairs (2q, 2q + 1). One
     // ldmatrix and two products, where the sum in gradient_after_by_lanes took ~50
     // instructions per pass.
     __device__ __forceinline__ void gradient_after_on_tensor_cores(const __nv_bfloat16 *xe, const __nv_bfloat16 *de,
@@ -2161,9 +2162,6 @@ row_plan make_row_plan(const conv_args &a, const tg_tensor *x, const tg_tensor *
     plan.spans = (a.L + plan.chunk_len - 1) / plan.chunk_len;
     const int64_t items = a.B * plan.spans; // per channel
     plan.passes = row_passes_for_waves(items, a.C, resident);
-#ifdef TG_ROW_BWD_FIXED_PASSES
-    if (resident > 0) plan.passes = (int)(items < TG_ROW_BWD_FIXED_PASSES ? items : TG_ROW_BWD_FIXED_PASSES);
-#endif
     plan.chunks = (items + plan.passes - 1) / plan.passes;
     plan.vec_x = rows_aligned(x, V);
     plan.vec_y = rows_aligned(y, V);
