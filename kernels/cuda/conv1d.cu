@@ -2135,13 +2135,13 @@ int row_passes_for_waves(int64_t items, int64_t C, int64_t resident)
     constexpr int kMinPasses = 8, kMaxPasses = 64;
     constexpr double kBlockCost = 2.0;
     if (items <= kMinPasses || resident <= 0) return (int)(items < kMinPasses ? items : kMinPasses);
-    int best = kMinPasses;
-    double best_cost = 0.0;
-    for (int passes = kMinPasses; passes <= kMaxPasses && passes <= items; passes++) {
+    auto cost = [&](int passes) {
         const int64_t blocks = C * ((items + passes - 1) / passes);
-        const double cost = (double)((blocks + resident - 1) / resident) * (passes + kBlockCost);
-        if (passes == kMinPasses || cost < best_cost) best = passes, best_cost = cost;
-    }
+        return (double)((blocks + resident - 1) / resident) * (passes + kBlockCost);
+    };
+    int best = kMinPasses;
+    for (int passes = kMinPasses + 1; passes <= kMaxPasses && passes <= items; passes++)
+        if (cost(passes) < cost(best)) best = passes;
     return best;
 }
 
@@ -2413,6 +2413,7 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
     stream_plan splan = {};
     tile_plan tplan = {};
     void (*row_kernel)(conv_args, row_plan, float *) = NULL;
+    const size_t row_shared = row_shape<T, KB>::backward_bytes(threads * kStepsPerThread, kSpanStages); // span buffers
     if (rows) {
         if constexpr (kTensorCores)
             row_kernel = a.silu ? row_bwd_tensor_cores<T, KB, true> : row_bwd_tensor_cores<T, KB, false>;
@@ -2423,9 +2424,7 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
         // The float backward measured slower that way (bf16 K = 4 1002 → 1032 µs, f32 1948 →
         // 1975): 8 spans per block.
         int64_t resident = 0;
-        if constexpr (kTensorCores)
-            resident = resident_blocks(row_kernel, threads,
-                                       row_shape<T, KB>::backward_bytes(threads * kStepsPerThread, kSpanStages));
+        if constexpr (kTensorCores) resident = resident_blocks(row_kernel, threads, row_shared);
         rplan = make_row_plan<T>(a, in->x, dout, dx, threads, kStepsPerThread, row_shape<T, KB>::H, row_shape<T, KB>::H,
                                  resident);
         parts = rplan.chunks;
@@ -2445,8 +2444,7 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
     if (status != TG_OK) return status;
     const char *op = "tg_causal_conv1d backward";
     if (rows) {
-        const size_t shared = row_shape<T, KB>::backward_bytes(rplan.chunk_len, kSpanStages);
-        row_kernel<<<(unsigned)(a.C * rplan.chunks), threads, shared>>>(a, rplan, ws);
+        row_kernel<<<(unsigned)(a.C * rplan.chunks), threads, row_shared>>>(a, rplan, ws);
     } else if (streams) {
         auto kernel = a.silu ? stream_bwd<T, KB, true> : stream_bwd<T, KB, false>;
         kernel<<<stream_grid(a, splan), kBlock>>>(a, splan, ws);
