@@ -240,6 +240,113 @@ Test(cuda_conv1d, bf16_backward_blocks_across_rows)
     check_case((conv_case){3, 200, 4096 * 3 + 24, 16, LAYOUT_CHANNEL_FIRST, TG_BF16, true, true, true, true});
 }
 
+/* 64-bit indexing: bf16 tensors of more than 2^31 elements (6 GB and 4 GB), channel-first
+ * (the third channel's row starts at element 2^31) and channel-last (steps from 2^28 on lie
+ * past it). x and dout are zero except in windows of steps, one near the start and one past
+ * element 2^31; the zeros cut each window off, so that around it the big problem is a small
+ * one the CPU solves (in f64, rounded to bf16 once): out and dx are checked there, dw and
+ * dbias against the windows' sum. */
+typedef struct {
+    int64_t B, C, L, K;
+    layout lay;
+    int64_t starts[2]; /* the windows' first steps */
+} big_case;
+
+enum { kWindow = 300 };
+
+/* t (CPU, f64) rounded to bf16. */
+static tg_tensor *rounded_to_bf16(tg_tape *tape, const tg_tensor *t)
+{
+    tg_tensor *r = tg_empty(tape, TG_BF16, TG_DEVICE_CPU, t->ndim, t->shape);
+    cr_assert_eq(tg_copy(r, t), TG_OK, "%s", tg_last_error());
+    return r;
+}
+
+static void check_big_case(const big_case *bc)
+{
+    const int64_t B = bc->B, C = bc->C, L = bc->L, K = bc->K, H = K - 1;
+    const int64_t len = kWindow + 4 * H; /* the small problem: [start − 2H, start + window + 2H) */
+    char what[128];
+    snprintf(what, sizeof what, "B=%lld C=%lld L=%lld K=%lld %s bf16", (long long)B, (long long)C, (long long)L,
+             (long long)K, layout_names[bc->lay]);
+    tg_tape *tape = tg_tape_create();
+    const int64_t shape[3] = {B, C, L};
+    tg_tensor *x, *dout;
+    if (bc->lay == LAYOUT_CHANNEL_LAST) {
+        const int64_t base_shape[3] = {B, L, C}, strides[3] = {L * C, 1, C};
+        x = tg_view(tape, tg_zeros(tape, TG_BF16, TG_DEVICE_CUDA, 3, base_shape), 3, shape, strides, 0);
+        dout = tg_view(tape, tg_zeros(tape, TG_BF16, TG_DEVICE_CUDA, 3, base_shape), 3, shape, strides, 0);
+    } else {
+        x = tg_zeros(tape, TG_BF16, TG_DEVICE_CUDA, 3, shape);
+        dout = tg_zeros(tape, TG_BF16, TG_DEVICE_CUDA, 3, shape);
+    }
+    cr_assert(x && dout, "%s: %s", what, tg_last_error());
+    cr_assert_eq(tg_set_requires_grad(x, true), TG_OK, "%s", tg_last_error());
+    tg_tensor *w_cpu = tt_leaf(tape, TG_BF16, 2, (int64_t[]){C, K}), *bias_cpu = tt_leaf(tape, TG_BF16, 1, (int64_t[]){C});
+    tg_tensor *w = tt_cuda_twin(tape, w_cpu, false), *bias = tt_cuda_twin(tape, bias_cpu, false);
+    tg_tensor *w64 = tt_f64_copy(tape, w_cpu, false), *bias64 = tt_f64_copy(tape, bias_cpu, false);
+    cr_assert_eq(tg_set_requires_grad(w64, true), TG_OK);
+    cr_assert_eq(tg_set_requires_grad(bias64, true), TG_OK);
+
+    /* The windows' values, and the small problems that hold them. */
+    tg_tensor *x_small[2], *dout_small[2];
+    for (int k = 0; k < 2; k++) {
+        const int64_t window_shape[3] = {B, C, kWindow}, small_shape[3] = {B, C, len};
+        tg_tensor *xw = tt_randn(tape, TG_BF16, 3, window_shape), *dw = tt_randn(tape, TG_BF16, 3, window_shape);
+        const int64_t start = bc->starts[k];
+        cr_assert_eq(tg_copy(tg_slice(tape, x, 2, start, start + kWindow, 1), xw), TG_OK, "%s", tg_last_error());
+        cr_assert_eq(tg_copy(tg_slice(tape, dout, 2, start, start + kWindow, 1), dw), TG_OK, "%s", tg_last_error());
+        x_small[k] = tg_zeros(tape, TG_F64, TG_DEVICE_CPU, 3, small_shape);
+        dout_small[k] = tg_zeros(tape, TG_F64, TG_DEVICE_CPU, 3, small_shape);
+        cr_assert_eq(tg_copy(tg_slice(tape, x_small[k], 2, 2 * H, 2 * H + kWindow, 1), xw), TG_OK);
+        cr_assert_eq(tg_copy(tg_slice(tape, dout_small[k], 2, 2 * H, 2 * H + kWindow, 1), dw), TG_OK);
+        cr_assert_eq(tg_set_requires_grad(x_small[k], true), TG_OK);
+    }
+
+    tg_causal_conv1d_options opt = {bias, NULL, TG_ACT_SILU, NULL}, opt_cpu = {bias64, NULL, TG_ACT_SILU, NULL};
+    tg_tensor *out = tg_causal_conv1d(tape, x, w, &opt);
+    cr_assert(out, "%s: %s", what, tg_last_error());
+    cr_assert_eq(tg_backward_with_grad(tape, out, dout), TG_OK, "%s: %s", what, tg_last_error());
+    for (int k = 0; k < 2; k++) { /* the CPU's dw and dbias add up over both windows */
+        tg_tensor *out_small = tg_causal_conv1d(tape, x_small[k], w64, &opt_cpu);
+        cr_assert_eq(tg_backward_with_grad(tape, out_small, dout_small[k]), TG_OK, "%s", tg_last_error());
+        const int64_t first = bc->starts[k] - 2 * H;
+        char item[200];
+        snprintf(item, sizeof item, "%s: out around step %lld", what, (long long)bc->starts[k]);
+        cu_assert_close(tape, item, tg_slice(tape, out, 2, first, first + len, 1), rounded_to_bf16(tape, out_small));
+        snprintf(item, sizeof item, "%s: dx around step %lld", what, (long long)bc->starts[k]);
+        cu_assert_close(tape, item, tg_slice(tape, x->grad, 2, first, first + len, 1),
+                        rounded_to_bf16(tape, x_small[k]->grad));
+    }
+    char item[200];
+    snprintf(item, sizeof item, "%s: dweight", what);
+    cu_assert_close(tape, item, w->grad, rounded_to_bf16(tape, w64->grad));
+    snprintf(item, sizeof item, "%s: dbias", what);
+    cu_assert_close(tape, item, bias->grad, rounded_to_bf16(tape, bias64->grad));
+    tg_tape_free(tape);
+}
+
+Test(cuda_conv1d, tensors_beyond_2_31_elements)
+{
+    tt_require_cuda();
+    /* About 35 GB at once (x, its gradient, out, dout, the backward's dx): skipped on a GPU
+     * with less. */
+    tg_tensor *probe = tg_tensor_new(TG_BF16, TG_DEVICE_CUDA, 1, (int64_t[]){(int64_t)18 << 30});
+    if (!probe) cr_skip_test("needs about 36 GB of GPU memory");
+    tg_tensor_free(probe);
+    cr_assert_eq(tg_memory_empty_cache(), TG_OK);
+    const int64_t L_first = (int64_t)1 << 30, L_last = ((int64_t)1 << 28) + 4096;
+    const big_case cases[] = {
+        {1, 3, L_first, 4, LAYOUT_CHANNEL_FIRST, {100, L_first - 2000}},
+        {1, 3, L_first, 8, LAYOUT_CHANNEL_FIRST, {5000, L_first - 777}},
+        {1, 8, L_last, 4, LAYOUT_CHANNEL_LAST, {64, L_last - 2000}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        check_big_case(&cases[i]);
+        cr_assert_eq(tg_memory_empty_cache(), TG_OK);
+    }
+}
+
 /* Two backward passes give bitwise-equal weight and bias gradients (no atomics). */
 Test(cuda_conv1d, gradients_are_bitwise_repeatable)
 {
