@@ -1205,7 +1205,7 @@ __global__ void __launch_bounds__(kBlock) row_fwd_staged(conv_args a, row_plan p
 // order) and writes them to the workspace, or, with a.final_grads (the block took its
 // channel's whole list), as dw[c, K − 1 − i] and dbias[c] themselves.
 template <int N>
-__device__ inline void block_partials_to_workspace(const conv_args &a, float (&partial)[N], float *ws, int64_t parts,
+__device__ inline void write_block_sums(const conv_args &a, float (&partial)[N], float *ws, int64_t parts,
                                                    int64_t part, int64_t c)
 {
     __shared__ float warp_sums[kBlock / 32][kMaxK + 1];
@@ -1322,7 +1322,7 @@ __global__ void __launch_bounds__(kBlock) row_bwd(conv_args a, row_plan plan, fl
     walk_spans(run, plan, ready, stage, [&] { bias = load_scaled_taps<T, KB>(a, c, wl); }, compute);
 #pragma unroll
     for (int i = 0; i <= KB; i++) partial[i] *= -kLog2e;
-    block_partials_to_workspace<KB + 1>(a, partial, ws, plan.chunks, run.block_in_channel, c);
+    write_block_sums<KB + 1>(a, partial, ws, plan.chunks, run.block_in_channel, c);
 }
 
 // The bf16 backward from K = 5 on: each warp takes 1024 steps of a span (four tiles) per pass
@@ -1358,7 +1358,7 @@ __global__ void __launch_bounds__(kBlock, 4) row_bwd_tensor_cores(conv_args a, r
     walk_spans(run, plan, ready, stage, [&] { tc.setup(a, run.c, taps, ops); }, compute);
     float partial[KB + 1];
     tc.partials(partial);
-    block_partials_to_workspace<KB + 1>(a, partial, ws, plan.chunks, run.block_in_channel, run.c);
+    write_block_sums<KB + 1>(a, partial, ws, plan.chunks, run.block_in_channel, run.c);
 }
 
 // ---- the per-step maths of the kernels that walk time (tile and stream) -------------------------
