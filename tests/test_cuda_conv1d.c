@@ -262,6 +262,15 @@ static tg_tensor *rounded_to_bf16(tg_tape *tape, const tg_tensor *t)
     return r;
 }
 
+/* A zero-filled bf16 (B, C, L) tensor on the GPU in the case's layout. */
+static tg_tensor *zeros_on_gpu(tg_tape *tape, const big_case *bc)
+{
+    const int64_t shape[3] = {bc->B, bc->C, bc->L};
+    if (bc->lay != LAYOUT_CHANNEL_LAST) return tg_zeros(tape, TG_BF16, TG_DEVICE_CUDA, 3, shape);
+    const int64_t base_shape[3] = {bc->B, bc->L, bc->C}, strides[3] = {bc->L * bc->C, 1, bc->C};
+    return tg_view(tape, tg_zeros(tape, TG_BF16, TG_DEVICE_CUDA, 3, base_shape), 3, shape, strides, 0);
+}
+
 static void check_big_case(const big_case *bc)
 {
     const int64_t B = bc->B, C = bc->C, L = bc->L, K = bc->K, H = K - 1;
@@ -270,16 +279,7 @@ static void check_big_case(const big_case *bc)
     snprintf(what, sizeof what, "B=%lld C=%lld L=%lld K=%lld %s bf16", (long long)B, (long long)C, (long long)L,
              (long long)K, layout_names[bc->lay]);
     tg_tape *tape = tg_tape_create();
-    const int64_t shape[3] = {B, C, L};
-    tg_tensor *x, *dout;
-    if (bc->lay == LAYOUT_CHANNEL_LAST) {
-        const int64_t base_shape[3] = {B, L, C}, strides[3] = {L * C, 1, C};
-        x = tg_view(tape, tg_zeros(tape, TG_BF16, TG_DEVICE_CUDA, 3, base_shape), 3, shape, strides, 0);
-        dout = tg_view(tape, tg_zeros(tape, TG_BF16, TG_DEVICE_CUDA, 3, base_shape), 3, shape, strides, 0);
-    } else {
-        x = tg_zeros(tape, TG_BF16, TG_DEVICE_CUDA, 3, shape);
-        dout = tg_zeros(tape, TG_BF16, TG_DEVICE_CUDA, 3, shape);
-    }
+    tg_tensor *x = zeros_on_gpu(tape, bc), *dout = zeros_on_gpu(tape, bc);
     cr_assert(x && dout, "%s: %s", what, tg_last_error());
     cr_assert_eq(tg_set_requires_grad(x, true), TG_OK, "%s", tg_last_error());
     tg_tensor *w_cpu = tt_leaf(tape, TG_BF16, 2, (int64_t[]){C, K}), *bias_cpu = tt_leaf(tape, TG_BF16, 1, (int64_t[]){C});

@@ -59,6 +59,20 @@ t3 t3_of(const tg_tensor *t)
     return v;
 }
 
+// Where the backward's dw and dbias go (either may be NULL): partial sum i of channel c is
+// dw[c, K − 1 − i] for i < K, dbias[c] for i = KB; the sums for K ≤ i < KB are not stored.
+struct weight_grads {
+    char *dw, *db;
+    int64_t dws0, dws1, dbs0;
+    int dtype, K, KB;
+    __device__ bool wanted(int i) const { return i == KB ? db != NULL : i < K && dw != NULL; }
+    __device__ void store(int64_t c, int i, float sum) const
+    {
+        if (i == KB) tg_store_raw(db, dtype, c * dbs0, sum);
+        else tg_store_raw(dw, dtype, c * dws0 + (K - 1 - i) * dws1, sum);
+    }
+};
+
 struct conv_args {
     int64_t B, C, L;
     int K;
@@ -72,11 +86,10 @@ struct conv_args {
     int64_t ws0, ws1;
     const char *bias; // or NULL
     int64_t bs0;
-    // Backward: where a block that holds a channel's whole list writes dw and dbias itself
-    // (final_grads; each may be NULL), instead of partials for sum_partials_kernel.
+    // Backward: with final_grads, a block that holds its channel's whole list writes dw and
+    // dbias (grads) itself instead of partials for sum_partials_kernel.
     bool final_grads;
-    char *dw, *db;
-    int64_t dws0, dws1, dbs0;
+    weight_grads grads;
 };
 
 template <typename T> __device__ inline float ld(const t3 &v, int64_t b, int64_t c, int64_t t)
@@ -1223,8 +1236,7 @@ __device__ inline void write_block_sums(const conv_args &a, float (&partial)[N],
         float sum = 0.0f;
         for (int w = 0; w < (int)(blockDim.x / 32); w++) sum += warp_sums[w][i];
         if (!a.final_grads) partial_to_workspace(ws, parts, part, c, N, i, sum);
-        else if (i == N - 1 && a.db) tg_store_raw(a.db, a.dtype, c * a.dbs0, sum);
-        else if (i < a.K && a.dw) tg_store_raw(a.dw, a.dtype, c * a.dws0 + (a.K - 1 - i) * a.dws1, sum);
+        else if (a.grads.wanted(i)) a.grads.store(c, i, sum);
     }
 }
 
@@ -2038,25 +2050,22 @@ template <typename T> __global__ void initial_grad_kernel(conv_args a, t3 diniti
 
 // dw[c, K−1−i] and dbias[c] from ws[c][i][0 … parts): one warp per output, its lanes taking
 // every 32nd part and then a fixed shuffle tree, so the order of the sum never changes.
-__global__ void sum_partials_kernel(const float *ws, int64_t parts, int64_t C, int K, int KB, char *dw, int64_t dws0,
-                                    int64_t dws1, char *db, int64_t dbs0, int dtype)
+__global__ void sum_partials_kernel(const float *ws, int64_t parts, int64_t C, weight_grads grads)
 {
     after_previous_kernels();
+    const int KB = grads.KB;
     const int64_t n = C * (KB + 1);
     const int lane = threadIdx.x % 32;
     for (int64_t idx = tg_global_index() / 32; idx < n; idx += tg_global_stride() / 32) {
         const int64_t c = idx / (KB + 1);
         const int i = (int)(idx % (KB + 1));
-        const bool is_bias = i == KB;
-        if ((is_bias && !db) || (!is_bias && (i >= K || !dw))) continue; // uniform across the warp
+        if (!grads.wanted(i)) continue; // uniform across the warp
         const float *row = ws + idx * parts;
         float sum = 0.0f;
         for (int64_t p = lane; p < parts; p += 32) sum += row[p];
 #pragma unroll
         for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-        if (lane != 0) continue;
-        if (is_bias) tg_store_raw(db, dtype, c * dbs0, sum);
-        else tg_store_raw(dw, dtype, c * dws0 + (K - 1 - i) * dws1, sum);
+        if (lane == 0) grads.store(c, i, sum);
     }
 }
 
@@ -2454,14 +2463,15 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
     // 101.4 → 95.6 µs; bench/NOTES.md). The sum is the one the second kernel made (x + 0).
     // Blocks that take whole lists of more rows measured slower (32×768×1024: 87.7 → 88.5 µs
     // at K = 4, 100.4 → 121.7 µs at K = 8).
+    a.grads.dw = dweight ? tg_bytes(dweight) : NULL;
+    a.grads.dws0 = dweight ? dweight->strides[0] : 0;
+    a.grads.dws1 = dweight ? dweight->strides[1] : 0;
+    a.grads.db = dbias ? tg_bytes(dbias) : NULL;
+    a.grads.dbs0 = dbias ? dbias->strides[0] : 0;
+    a.grads.dtype = a.dtype;
+    a.grads.K = a.K;
+    a.grads.KB = KB;
     a.final_grads = rows && parts == 1;
-    if (a.final_grads) {
-        a.dw = dweight ? tg_bytes(dweight) : NULL;
-        a.dws0 = dweight ? dweight->strides[0] : 0;
-        a.dws1 = dweight ? dweight->strides[1] : 0;
-        a.db = dbias ? tg_bytes(dbias) : NULL;
-        a.dbs0 = dbias ? dbias->strides[0] : 0;
-    }
     size_t ws_bytes = a.final_grads ? 0 : (size_t)(parts * a.C * (KB + 1)) * sizeof(float);
     float *ws = NULL;
     tg_status status = ws_bytes ? tg_device_alloc(TG_DEVICE_CUDA, ws_bytes, (void **)&ws) : TG_OK;
@@ -2479,10 +2489,7 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
     status = tg_cuda_check_launch(op);
     if (status == TG_OK && (dweight || dbias) && !a.final_grads)
         status = launch_overlapped(op, sum_partials_kernel, dim3(tg_blocks_for(32 * a.C * (KB + 1))), dim3(TG_THREADS),
-                                   0, (const float *)ws, parts, a.C, a.K, KB, dweight ? tg_bytes(dweight) : NULL,
-                                   dweight ? dweight->strides[0] : (int64_t)0, dweight ? dweight->strides[1] : (int64_t)0,
-                                   dbias ? tg_bytes(dbias) : NULL, dbias ? dbias->strides[0] : (int64_t)0,
-                                   (int)in->x->dtype);
+                                   0, (const float *)ws, parts, a.C, a.grads);
     if (status == TG_OK && dinitial && a.K > 1)
         status = launch_overlapped(op, initial_grad_kernel<T>, dim3(tg_blocks_for(a.B * a.C * (a.K - 1))),
                                    dim3(TG_THREADS), 0, a, t3_of(dinitial));
