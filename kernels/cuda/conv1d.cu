@@ -200,15 +200,18 @@ __device__ inline void copies_commit() { asm volatile("cp.async.commit_group;\n"
 // Waits until at most N of this thread's committed groups are still in flight.
 template <int N> __device__ inline void copies_wait_groups() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
-// The backward's small follow-up kernels (the dw/dbias sum, the history's gradient) are
-// launched with Hopper's programmatic dependent launch (launch_overlapped): they may be
-// scheduled while the main backward kernel finishes, which hides the few microseconds
-// between two kernels (a real share at the short benchmark sizes, where a pass takes
-// 25–60 µs). The main kernel allows it from its start (next_kernel_may_start); the follow-up
-// touches no global memory before after_previous_kernels, which returns once the kernels
-// before it have finished and their writes are visible (at once without the attribute).
-// The main kernels themselves are launched plainly: a wait at the start of every block
-// measured slower (the short-row forward's blocks live a few microseconds each).
+// The backward's kernels are launched with Hopper's programmatic dependent launch
+// (launch_overlapped): each may be scheduled while the kernel before it finishes, which hides
+// the few microseconds between two kernels (a real share at the short benchmark sizes, where
+// a pass takes 25–60 µs). A kernel allows the next one from its start
+// (next_kernel_may_start), and touches no global memory before after_previous_kernels, which
+// returns once the kernels before it have finished and their writes are visible (at once
+// without the attribute). The main backward launched so measured 1.5–1.9 µs faster
+// forward+backward on the short rows (8×1536×2048 bf16 K = 4: 82.1 → 80.5 µs), the same on
+// the long ones. The forwards are launched plainly: a wait at the start of every block
+// measured slower (the short-row forward's blocks live a few microseconds each), and letting
+// the backward's blocks in from the forward's start slowed the forward (32×768×1024: 31.8 →
+// 33.8 µs).
 __device__ inline void next_kernel_may_start()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -1280,6 +1283,7 @@ template <typename T, int KB, bool SILU>
 __global__ void __launch_bounds__(kBlock) row_bwd(conv_args a, row_plan plan, float *ws)
 {
     next_kernel_may_start();
+    after_previous_kernels();
     using S = row_shape<T, KB>;
     constexpr int EPT = S::EPT, H = S::H;
     __shared__ uint64_t ready[kStages];
@@ -1352,6 +1356,7 @@ template <typename T, int KB, bool SILU>
 __global__ void __launch_bounds__(kBlock, 4) row_bwd_tensor_cores(conv_args a, row_plan plan, float *ws)
 {
     next_kernel_may_start();
+    after_previous_kernels();
     constexpr int H = row_shape<T, KB>::H;
     __shared__ uint64_t ready[kTensorCoreStages];
     __shared__ float taps[KB];
@@ -1610,6 +1615,7 @@ template <typename T, int KB, bool SILU>
 __global__ void __launch_bounds__(kBlock) tile_bwd(conv_args a, tile_plan plan, float *ws)
 {
     next_kernel_may_start();
+    after_previous_kernels();
     using S = tile_shape<T, KB>;
     constexpr int CPT = S::CPT, LS = S::LS;
     constexpr int XR = kTileT + 2 * (KB - 1); // x at t0 − (KB−1) … t0 + kTileT + KB − 2
@@ -1914,6 +1920,7 @@ template <typename T, int KB, bool SILU>
 __global__ void __launch_bounds__(kBlock, kStreamBackwardBlocks) stream_bwd(conv_args a, stream_plan plan, float *ws)
 {
     next_kernel_may_start();
+    after_previous_kernels();
     using S = stream_shape<T, stream_backward_cpt<T, KB>()>;
     constexpr int CPT = S::CPT, U = S::U;
     __shared__ alignas(16) char ring[S::LANES][2][S::RING][U * S::ROW]; // per warp: x, dout
@@ -2478,15 +2485,15 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
     if (status != TG_OK) return status;
     const char *op = "tg_causal_conv1d backward";
     if (rows) {
-        row_kernel<<<(unsigned)(a.C * rplan.chunks), threads, row_shared>>>(a, rplan, ws);
+        status = launch_overlapped(op, row_kernel, dim3((unsigned)(a.C * rplan.chunks)), dim3(threads), row_shared, a,
+                                   rplan, ws);
     } else if (streams) {
         auto kernel = a.silu ? stream_bwd<T, KB, true> : stream_bwd<T, KB, false>;
-        kernel<<<stream_grid(a, splan), kBlock>>>(a, splan, ws);
+        status = launch_overlapped(op, kernel, stream_grid(a, splan), dim3(kBlock), 0, a, splan, ws);
     } else {
         auto kernel = a.silu ? tile_bwd<T, KB, true> : tile_bwd<T, KB, false>;
-        kernel<<<tile_grid(a, tplan), kBlock>>>(a, tplan, ws);
+        status = launch_overlapped(op, kernel, tile_grid(a, tplan), dim3(kBlock), 0, a, tplan, ws);
     }
-    status = tg_cuda_check_launch(op);
     if (status == TG_OK && (dweight || dbias) && !a.final_grads)
         status = launch_overlapped(op, sum_partials_kernel, dim3(tg_blocks_for(32 * a.C * (KB + 1))), dim3(TG_THREADS),
                                    0, (const float *)ws, parts, a.C, a.grads);
