@@ -94,9 +94,9 @@ record() { # record NAME RESULT SECONDS
     printf '[%4ds] %-32s %s (%ds)\n' "$SECONDS" "$1" "$2" "$3"
 }
 
-# A sanitizer step stopped by its limit can leave the test it ran behind (the sanitizer is
-# killed, the test binary it started is not): that test then shares the GPU with the
-# benchmarks, which measured runs 2.5 ms slower (time slices) in one such run.
+# A step stopped by its limit can leave a test binary running behind it (a sanitizer is
+# killed, the test it started is not): that test then shares the GPU with the benchmarks,
+# whose long rows measured runs 2.5 ms slower (time slices) in one such run.
 kill_leftover_tests() {
     pkill -KILL -f 'build/tests/test_' 2>/dev/null
     sleep 1

@@ -121,20 +121,25 @@ template <> __device__ inline float tg_from_float<float>(float x) { return x; }
 template <> __device__ inline __nv_bfloat16 tg_from_float<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
 template <> __device__ inline __half tg_from_float<__half>(float x) { return __float2half(x); }
 
+// An attribute of the current device, or `fallback` when the runtime cannot say (its error is
+// cleared, so that the next launch check does not report it).
+static inline int tg_cuda_device_attribute(cudaDeviceAttr attribute, int fallback)
+{
+    int device = 0, value = 0;
+    if (cudaGetDevice(&device) == cudaSuccess && cudaDeviceGetAttribute(&value, attribute, device) == cudaSuccess)
+        return value;
+    (void)cudaGetLastError();
+    return fallback;
+}
+
 // The number of multiprocessors of the current device (read once): sizes grids (to
 // whole waves of resident blocks, or so per-block partial results stay few).
 static inline int tg_cuda_multiprocessors(void)
 {
     static int count = 0;
     if (count == 0) {
-        int device = 0, value = 0;
-        if (cudaGetDevice(&device) == cudaSuccess &&
-            cudaDeviceGetAttribute(&value, cudaDevAttrMultiProcessorCount, device) == cudaSuccess && value > 0)
-            count = value;
-        else {
-            count = 1; // still correct, only slower
-            (void)cudaGetLastError(); // so the next launch check does not report this error
-        }
+        const int value = tg_cuda_device_attribute(cudaDevAttrMultiProcessorCount, 1);
+        count = value > 0 ? value : 1; // 1: still correct, only slower
     }
     return count;
 }

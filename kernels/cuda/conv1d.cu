@@ -2318,12 +2318,7 @@ void scratch_free(scratch &s)
 bool overlap_supported()
 {
     static int major = -1;
-    if (major < 0) {
-        int device = 0;
-        if (cudaGetDevice(&device) != cudaSuccess ||
-            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess)
-            major = 0;
-    }
+    if (major < 0) major = tg_cuda_device_attribute(cudaDevAttrComputeCapabilityMajor, 0);
     return major >= 9;
 }
 
