@@ -104,6 +104,8 @@ tg_tensor *tg_empty_as(tg_tape *tape, const tg_tensor *x, tg_dtype dtype);
 /* A tensor laid out like x (same stride order, dense) on the tape: used so that an op on
  * a channel-last input gives a channel-last output. */
 tg_tensor *tg_empty_same_layout(tg_tape *tape, const tg_tensor *x);
+/* The strides of a dense tensor of x's shape whose dimensions are in x's stride order. */
+void tg_dense_strides_like(const tg_tensor *x, int64_t *strides);
 
 /* Element pointer helpers for CPU kernels: base address of element 0 of the view. */
 static inline char *tg_bytes(const tg_tensor *t)

@@ -168,7 +168,7 @@ tg_tensor *tg_empty_as(tg_tape *tape, const tg_tensor *x, tg_dtype dtype)
     return tg_empty(tape, dtype, x->device, x->ndim, x->shape);
 }
 
-tg_tensor *tg_empty_same_layout(tg_tape *tape, const tg_tensor *x)
+void tg_dense_strides_like(const tg_tensor *x, int64_t *strides)
 {
     /* Order x's dimensions from the largest stride to the smallest (stable), then lay
      * the new tensor out densely in that order. */
@@ -180,13 +180,17 @@ tg_tensor *tg_empty_same_layout(tg_tape *tape, const tg_tensor *x)
             order[j] = order[j - 1];
             order[j - 1] = swap;
         }
-    tg_tensor *t = tg_empty_like(tape, x);
-    if (!t) return NULL;
     int64_t stride = 1;
     for (int k = x->ndim - 1; k >= 0; k--) {
-        t->strides[order[k]] = stride;
+        strides[order[k]] = stride;
         stride *= x->shape[order[k]] > 0 ? x->shape[order[k]] : 1;
     }
+}
+
+tg_tensor *tg_empty_same_layout(tg_tape *tape, const tg_tensor *x)
+{
+    tg_tensor *t = tg_empty_like(tape, x);
+    if (t) tg_dense_strides_like(x, t->strides);
     return t;
 }
 

@@ -1,6 +1,9 @@
 /* The tape: recording, the reverse walk, accumulation, no-grad mode, detach, reset,
- * seeded backward, and a 100,000-op chain (backward must not recurse). */
+ * seeded backward, the layout of an activation's gradient, and a 100,000-op chain (backward
+ * must not recurse). */
 #include "test_util.h"
+
+#include "core/internal.h"
 
 #include <math.h>
 #include <string.h>
@@ -101,6 +104,47 @@ Test(tape, backward_with_given_output_gradient)
     tg_tensor *not_scalar = tg_tanh(tape, tt_leaf(tape, TG_F64, 2, (int64_t[]){2, 3}));
     s = tt_snapshot(tape);
     tt_assert_status_failed(&s, tg_backward(tape, not_scalar), "tg_backward");
+    tg_tape_free(tape);
+}
+
+/* An op whose output is x's values laid out channel-last, (B, C, L) with strides
+ * (L·C, 1, C), as a channel-last conv1d's output is; its backward notes the strides of the
+ * gradient it is handed and passes the gradient through. */
+static int64_t handed_strides[3];
+
+static tg_status channel_last_copy_backward(tg_node *node, tg_tensor *const *dy, tg_tensor **dx)
+{
+    memcpy(handed_strides, dy[0]->strides, sizeof handed_strides);
+    dx[0] = tg_empty_like(node->tape, node->inputs[0]);
+    return tg_copy(dx[0], dy[0]);
+}
+
+static tg_tensor *channel_last_copy(tg_tape *tape, tg_tensor *x)
+{
+    const int64_t B = x->shape[0], C = x->shape[1], L = x->shape[2];
+    tg_tensor *base = tg_empty(tape, x->dtype, x->device, 3, (int64_t[]){B, L, C});
+    tg_tensor *y = tg_view(tape, base, 3, x->shape, (int64_t[]){L * C, 1, C}, 0);
+    cr_assert_eq(tg_copy(y, x), TG_OK, "%s", tg_last_error());
+    tg_op_record record = {"channel_last_copy", channel_last_copy_backward, &x, 1, &y, 1, NULL, 0};
+    cr_assert_eq(tg_record(tape, &record), TG_OK, "%s", tg_last_error());
+    return y;
+}
+
+/* The gradient reaching an op is laid out like the op's output, whatever layout the ops
+ * after it gave it (here tg_mul's dense channel-first one), and keeps its values. */
+Test(tape, an_activation_gradient_is_laid_out_like_the_activation)
+{
+    tg_tape *tape = tg_tape_create();
+    const int64_t B = 2, C = 3, L = 5, shape[3] = {B, C, L};
+    tg_tensor *x = tt_leaf(tape, TG_F64, 3, shape), *r = tt_randn(tape, TG_F64, 3, shape);
+    tg_tensor *y = channel_last_copy(tape, x);
+    handed_strides[0] = handed_strides[1] = handed_strides[2] = 0;
+    cr_assert_eq(tg_backward(tape, tg_sum_all(tape, tg_mul(tape, y, r))), TG_OK, "%s", tg_last_error());
+    cr_assert(handed_strides[0] == L * C && handed_strides[1] == 1 && handed_strides[2] == C,
+              "strides handed to the backward: %lld %lld %lld", (long long)handed_strides[0],
+              (long long)handed_strides[1], (long long)handed_strides[2]);
+    for (int64_t i = 0; i < B * C * L; i++) /* d Σ y·r / dx = r */
+        cr_assert_eq(tg_get_flat(x->grad, i), tg_get_flat(r, i), "element %lld", (long long)i);
     tg_tape_free(tape);
 }
 
