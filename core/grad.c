@@ -43,12 +43,17 @@ tg_status tg_accumulate_grad(tg_tape *tape, tg_tensor *t, const tg_tensor *g)
     if (!t->grad && t->producer) {
         /* An activation's gradient lives off the tape, so the backward can free it as soon as
          * its producer has used it. Its first contribution is copied in (rounded once to
-         * t's dtype, as 0 + g would be): no zero fill, no read of zeros. It is laid out like
-         * t, so that a producer whose kernels follow its output's layout gets its gradient in
-         * that layout (a channel-last conv1d output: the stream kernels, not the tile ones,
-         * and a straight copy here when the gradient comes back through a transposed view). */
+         * t's dtype, as 0 + g would be): no zero fill, no read of zeros. When t is dense in
+         * another order than the contiguous one, its gradient is laid out like it, so that a
+         * producer whose kernels follow its output's layout gets its gradient in that layout
+         * (a channel-last conv1d output: the stream kernels, not the tile ones, and a straight
+         * copy here when the gradient comes back through a transposed view). Other views
+         * (slices, broadcasts) keep contiguous gradients. */
         if (!(t->grad = tg_tensor_new_uninitialized(t->dtype, t->device, t->ndim, t->shape))) return TG_ERR_NOMEM;
-        tg_dense_strides_like(t, t->grad->strides);
+        int64_t dense[TG_MAX_DIMS];
+        tg_dense_strides_like(t, dense);
+        if (memcmp(dense, t->strides, sizeof(int64_t) * (size_t)t->ndim) == 0)
+            memcpy(t->grad->strides, dense, sizeof dense[0] * (size_t)t->ndim);
         tg_status status = tg_copy(t->grad, g);
         if (status != TG_OK) {
             tg_tensor_free(t->grad);
