@@ -107,45 +107,56 @@ Test(tape, backward_with_given_output_gradient)
     tg_tape_free(tape);
 }
 
-/* An op whose output is x's values laid out channel-last, (B, C, L) with strides
- * (L·C, 1, C), as a channel-last conv1d's output is; its backward notes the strides of the
- * gradient it is handed and passes the gradient through. */
+/* An op whose output is x's values in a view of a buffer of `span` elements with the given
+ * strides; its backward notes the strides of the gradient it is handed and passes the
+ * gradient through. */
 static int64_t handed_strides[3];
+enum { LAYOUT_B = 2, LAYOUT_C = 3, LAYOUT_L = 5 }; /* the shape of those outputs */
 
-static tg_status channel_last_copy_backward(tg_node *node, tg_tensor *const *dy, tg_tensor **dx)
+static tg_status strided_copy_backward(tg_node *node, tg_tensor *const *dy, tg_tensor **dx)
 {
     memcpy(handed_strides, dy[0]->strides, sizeof handed_strides);
     dx[0] = tg_empty_like(node->tape, node->inputs[0]);
     return tg_copy(dx[0], dy[0]);
 }
 
-static tg_tensor *channel_last_copy(tg_tape *tape, tg_tensor *x)
+static tg_tensor *strided_copy(tg_tape *tape, tg_tensor *x, const int64_t *strides, int64_t span)
 {
-    const int64_t B = x->shape[0], C = x->shape[1], L = x->shape[2];
-    tg_tensor *base = tg_empty(tape, x->dtype, x->device, 3, (int64_t[]){B, L, C});
-    tg_tensor *y = tg_view(tape, base, 3, x->shape, (int64_t[]){L * C, 1, C}, 0);
+    tg_tensor *base = tg_empty(tape, x->dtype, x->device, 1, &span);
+    tg_tensor *y = tg_view(tape, base, 3, x->shape, strides, 0);
     cr_assert_eq(tg_copy(y, x), TG_OK, "%s", tg_last_error());
-    tg_op_record record = {"channel_last_copy", channel_last_copy_backward, &x, 1, &y, 1, NULL, 0};
+    tg_op_record record = {"strided_copy", strided_copy_backward, &x, 1, &y, 1, NULL, 0};
     cr_assert_eq(tg_record(tape, &record), TG_OK, "%s", tg_last_error());
     return y;
 }
 
-/* The gradient reaching an op is laid out like the op's output, whatever layout the ops
- * after it gave it (here tg_mul's dense channel-first one), and keeps its values. */
-Test(tape, an_activation_gradient_is_laid_out_like_the_activation)
+/* The strides handed to strided_copy's backward when its output, laid out as given, is
+ * used by tg_mul (whose gradient is dense channel-first); x's gradient is checked too. */
+static void check_handed_layout(const int64_t *strides, int64_t span, const int64_t *expected)
 {
     tg_tape *tape = tg_tape_create();
-    const int64_t B = 2, C = 3, L = 5, shape[3] = {B, C, L};
+    const int64_t shape[3] = {LAYOUT_B, LAYOUT_C, LAYOUT_L};
     tg_tensor *x = tt_leaf(tape, TG_F64, 3, shape), *r = tt_randn(tape, TG_F64, 3, shape);
-    tg_tensor *y = channel_last_copy(tape, x);
+    tg_tensor *y = strided_copy(tape, x, strides, span);
     handed_strides[0] = handed_strides[1] = handed_strides[2] = 0;
     cr_assert_eq(tg_backward(tape, tg_sum_all(tape, tg_mul(tape, y, r))), TG_OK, "%s", tg_last_error());
-    cr_assert(handed_strides[0] == L * C && handed_strides[1] == 1 && handed_strides[2] == C,
-              "strides handed to the backward: %lld %lld %lld", (long long)handed_strides[0],
-              (long long)handed_strides[1], (long long)handed_strides[2]);
-    for (int64_t i = 0; i < B * C * L; i++) /* d Σ y·r / dx = r */
+    cr_assert(memcmp(handed_strides, expected, sizeof handed_strides) == 0,
+              "strides handed to the backward: %lld %lld %lld, expected %lld %lld %lld", (long long)handed_strides[0],
+              (long long)handed_strides[1], (long long)handed_strides[2], (long long)expected[0],
+              (long long)expected[1], (long long)expected[2]);
+    for (int64_t i = 0; i < tg_numel(x); i++) /* d Σ y·r / dx = r */
         cr_assert_eq(tg_get_flat(x->grad, i), tg_get_flat(r, i), "element %lld", (long long)i);
     tg_tape_free(tape);
+}
+
+/* An activation dense in another order than the contiguous one (channel-last, as a
+ * channel-last conv1d's output) hands its producer a gradient in its own layout; one with
+ * gaps (channel-last, every other element) a contiguous gradient, as before. */
+Test(tape, an_activation_gradient_is_laid_out_like_a_dense_activation)
+{
+    const int64_t B = LAYOUT_B, C = LAYOUT_C, L = LAYOUT_L;
+    check_handed_layout((int64_t[]){L * C, 1, C}, B * C * L, (int64_t[]){L * C, 1, C});
+    check_handed_layout((int64_t[]){2 * L * C, 2, 2 * C}, 2 * B * C * L, (int64_t[]){C * L, L, 1});
 }
 
 Test(tape, backward_rejects_bad_arguments)
