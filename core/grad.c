@@ -51,9 +51,9 @@ tg_status tg_accumulate_grad(tg_tape *tape, tg_tensor *t, const tg_tensor *g)
          * (slices, broadcasts) keep contiguous gradients. */
         if (!(t->grad = tg_tensor_new_uninitialized(t->dtype, t->device, t->ndim, t->shape))) return TG_ERR_NOMEM;
         int64_t dense[TG_MAX_DIMS];
+        const size_t stride_bytes = sizeof dense[0] * (size_t)t->ndim;
         tg_dense_strides_like(t, dense);
-        if (memcmp(dense, t->strides, sizeof(int64_t) * (size_t)t->ndim) == 0)
-            memcpy(t->grad->strides, dense, sizeof dense[0] * (size_t)t->ndim);
+        if (memcmp(dense, t->strides, stride_bytes) == 0) memcpy(t->grad->strides, dense, stride_bytes);
         tg_status status = tg_copy(t->grad, g);
         if (status != TG_OK) {
             tg_tensor_free(t->grad);
