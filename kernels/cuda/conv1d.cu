@@ -188,11 +188,15 @@ __device__ inline void partial_to_workspace(float *ws, int64_t parts, int64_t pa
 }
 
 // 16 bytes from global to shared memory without passing through registers (cp.async): the
-// whole tile's loads are in flight at once, and no register holds them.
+// whole tile's loads are in flight at once, and no register holds them. copy16_async_to takes
+// the destination as a shared-memory address (what __cvta_generic_to_shared gives).
+__device__ inline void copy16_async_to(unsigned shared, const void *global)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared), "l"(global));
+}
 __device__ inline void copy16_async(void *shared, const void *global)
 {
-    const unsigned address = (unsigned)__cvta_generic_to_shared(shared);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(global));
+    copy16_async_to((unsigned)__cvta_generic_to_shared(shared), global);
 }
 __device__ inline void copies_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
 // Closes the group of this thread's cp.async copies issued since the last one.
@@ -1728,6 +1732,7 @@ template <typename T, int CPT_> struct stream_shape {
     static constexpr int ROW = 32 * WORD;              // bytes of one step a warp reads (64–256)
     static constexpr int U = 1024 / ROW;               // steps per chunk: 1 KB of each tensor
     static constexpr int RING = 4;                     // chunks per ring: 3 in flight, 1 computed
+    static constexpr int SLOT = U * ROW;               // bytes of one chunk
     static constexpr int CHANNELS = 32 * CPT;          // channels per block: one warp's width
     static constexpr int LANES = kBlock / 32;          // warps per block, each its own segment
 };
@@ -1824,21 +1829,53 @@ __device__ inline void stream_window_start(const conv_args &a, const stream_plac
             win[j + 1][q] = p.inside_c ? x_at<T>(a, p.b, p.c + q, p.t0 - (KB - 1) + j) : 0.0f;
 }
 
-// The warp's copies of steps t … t + U − 1 of v (those before L; the 16-byte pieces inside
-// C) into a ring slot of U rows of ROW bytes.
-template <typename T, int CPT>
-__device__ inline void stream_copy_chunk(const conv_args &a, const t3 &v, const stream_place &p, int64_t t, char *slot)
-{
+// A lane's share of the copies that fill a warp's ring with one tensor: U steps of the warp's
+// channels per chunk, each step a ROW of 16-byte pieces. Where the lane's pieces come from and
+// go to is worked out once per warp, so issuing a chunk costs an address and the copies: the
+// same arithmetic redone per chunk (the row's address, the shared window's, a bounds test per
+// copy) had been about 180 of the backward's 760 instructions per chunk at bf16 K = 8
+// (bench/NOTES.md, v25).
+template <typename T, int CPT> struct stream_copies {
     using S = stream_shape<T, CPT>;
-    constexpr int PIECES = S::ROW / 16, ROWS_PER_PASS = 32 / PIECES;
-    const int lane = threadIdx.x % 32, piece = lane % PIECES;
-    if (p.c0 + piece * (16 / (int)sizeof(T)) >= a.C) return;
-    const char *src = (const char *)row_of<T>(v, p.b, p.c0) + piece * 16;
-    const int64_t step_bytes = v.s2 * (int64_t)sizeof(T);
+    static constexpr int PIECES = S::ROW / 16, ROWS_PER_PASS = 32 / PIECES, COPIES = S::U / ROWS_PER_PASS;
+    static_assert(S::U % ROWS_PER_PASS == 0, "every lane copies the same number of pieces per chunk");
+    const char *next; // the lane's piece of its first row in the next chunk to issue
+    unsigned dst;     // shared address of the lane's piece of its first row in slot 0
+    int row;          // the lane's first row of a chunk; it copies rows row + ROWS_PER_PASS·j
+
+    // For the chunks from step t0 on, issued in order. A lane whose piece lies past C copies
+    // its row's first piece instead: no lane computing from that place writes anything, and
+    // every lane then issues the same copies, without a test per chunk.
+    __device__ stream_copies(const conv_args &a, const t3 &v, const stream_place &p, const char *ring, int64_t t0)
+    {
+        const int lane = threadIdx.x % 32, piece = lane % PIECES;
+        row = lane / PIECES;
+        const bool inside_c = p.c0 + piece * (16 / (int)sizeof(T)) < a.C;
+        next = (const char *)row_of<T>(v, p.b, p.c0) + (inside_c ? piece * 16 : 0) + (t0 + row) * step(v);
+        dst = (unsigned)__cvta_generic_to_shared(ring) + row * S::ROW + piece * 16;
+    }
+    // Bytes from one step of v to the next (from the kernel's parameters: read when needed,
+    // not held in registers).
+    static __device__ int64_t step(const t3 &v) { return v.s2 * (int64_t)sizeof(T); }
+
+    // The copies of the next chunk of v, steps t … t + U − 1 (those before L), into ring slot
+    // `slot`; `whole`: all U steps lie before L.
+    __device__ void issue(const conv_args &a, const t3 &v, int64_t t, int slot, bool whole)
+    {
+        const unsigned to = dst + slot * S::SLOT;
+        if (whole) {
 #pragma unroll
-    for (int r = lane / PIECES; r < S::U; r += ROWS_PER_PASS)
-        if (t + r < a.L) copy16_async(slot + r * S::ROW + piece * 16, src + (t + r) * step_bytes);
-}
+            for (int j = 0; j < COPIES; j++)
+                copy16_async_to(to + ROWS_PER_PASS * j * S::ROW, next + ROWS_PER_PASS * j * step(v));
+        } else {
+#pragma unroll
+            for (int j = 0; j < COPIES; j++)
+                if (t + row + ROWS_PER_PASS * j < a.L)
+                    copy16_async_to(to + ROWS_PER_PASS * j * S::ROW, next + ROWS_PER_PASS * j * step(v));
+        }
+        next += S::U * step(v);
+    }
+};
 
 // This thread's word of step t + r, from a ring slot (0 past L when CHECKED).
 template <typename T, int CPT, bool CHECKED>
@@ -1893,7 +1930,8 @@ __global__ void __launch_bounds__(kBlock, kStreamForwardBlocks) stream_fwd(conv_
     char(*slots)[U * S::ROW] = ring[p.warp];
     const int64_t y_step = a.y.s2 * (int64_t)sizeof(T);
     char *y_row = (char *)row_of<T>(a.y, p.b, p.inside_c ? p.c : p.c0);
-    auto issue = [&](int64_t t, int slot) { stream_copy_chunk<T, CPT>(a, a.x, p, t, slots[slot]); };
+    stream_copies<T, CPT> x_copies(a, a.x, p, slots[0], p.t0);
+    auto issue = [&](int64_t t, int slot) { x_copies.issue(a, a.x, t, slot, t + U <= a.L); };
     auto compute = [&](auto unchecked, int64_t t, int slot) {
         constexpr bool CHECKED = !decltype(unchecked)::value;
         char *y_at = y_row + t * y_step;
@@ -1944,9 +1982,11 @@ __global__ void __launch_bounds__(kBlock, kStreamBackwardBlocks) stream_bwd(conv
         char(*d_slots)[U * S::ROW] = ring[p.warp][1];
         const int64_t dx_step = a.dx.s2 * (int64_t)sizeof(T);
         char *dx_row = (char *)row_of<T>(a.dx, p.b, p.inside_c ? p.c : p.c0);
+        stream_copies<T, CPT> x_copies(a, a.x, p, x_slots[0], p.t0), d_copies(a, a.y, p, d_slots[0], p.t0);
         auto issue = [&](int64_t t, int slot) {
-            stream_copy_chunk<T, CPT>(a, a.x, p, t, x_slots[slot]);
-            stream_copy_chunk<T, CPT>(a, a.y, p, t, d_slots[slot]);
+            const bool whole = t + U <= a.L; // every chunk but a segment's last, near L
+            x_copies.issue(a, a.x, t, slot, whole);
+            d_copies.issue(a, a.y, t, slot, whole);
         };
         auto compute = [&](auto unchecked, int64_t t, int slot) {
             constexpr bool CHECKED = !decltype(unchecked)::value;
@@ -2223,21 +2263,22 @@ tile_plan make_tile_plan(const conv_args &a, const tg_tensor *x, const tg_tensor
     return plan;
 }
 
-// Segments of at most 256 steps (the halo recomputed at each segment's start then costs
-// (KB − 1)/256 of the work), shorter while the grid has fewer than about 4096 blocks, down to
-// 64 steps: on the short rows (8×1536×2048, 32×768×1024 bf16) 64 measured 14–16% faster
-// forward+backward than 32, and 128 (with 512 at most) 2% slower than 64; the long rows did
-// not move (bench/NOTES.md, v16).
-template <typename T, int CPT> stream_plan make_stream_plan(const conv_args &a)
+// Segments of at most `longest_segment` steps, 256 by default (the halo recomputed at each
+// segment's start then costs (KB − 1)/256 of the work), shorter while the grid has fewer than
+// `wanted_blocks` (by default about 4096), down to 64 steps: on the short rows (8×1536×2048,
+// 32×768×1024 bf16) 64 measured 14–16% faster forward+backward than 32, and 128 (with 512 at
+// most) 2% slower than 64; the long rows did not move (bench/NOTES.md, v16).
+template <typename T, int CPT>
+stream_plan make_stream_plan(const conv_args &a, int64_t longest_segment = 256, int64_t wanted_blocks = 4096)
 {
     using S = stream_shape<T, CPT>;
-    constexpr int64_t kLongestSegment = 256, kShortestSegment = 64, kWantedBlocks = 4096;
+    constexpr int64_t kShortestSegment = 64;
     static_assert(kShortestSegment % S::U == 0, "segments of whole chunks");
     stream_plan plan = {};
     plan.channel_blocks = (a.C + S::CHANNELS - 1) / S::CHANNELS;
     auto time_blocks = [&](int64_t seg_len) { return (a.L + S::LANES * seg_len - 1) / (S::LANES * seg_len); };
-    plan.seg_len = kLongestSegment;
-    while (plan.seg_len > kShortestSegment && plan.channel_blocks * a.B * time_blocks(plan.seg_len) < kWantedBlocks)
+    plan.seg_len = longest_segment;
+    while (plan.seg_len > kShortestSegment && plan.channel_blocks * a.B * time_blocks(plan.seg_len) < wanted_blocks)
         plan.seg_len /= 2;
     plan.time_blocks = time_blocks(plan.seg_len);
     return plan;
@@ -2451,7 +2492,13 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
         parts = rplan.chunks;
         if (!fits_row_grid(a, rplan)) return too_large(a);
     } else if (streams) {
-        splan = make_stream_plan<T, stream_backward_cpt<T, KB>()>(a);
+        // Wide taps take segments twice as long: each segment recomputes K − 1 steps past its end
+        // and computes its first and last chunks with bounds tests, a larger share at K > 4.
+        // bf16 16×1536×16384 fwd+bwd, 512 steps against 256: K = 8 1285 → 1259 µs, but
+        // K = 4 1046 → 1080 and K = 3 1048 → 1072 (half the blocks: a larger last wave).
+        constexpr bool kLongSegments = KB >= 8;
+        splan = make_stream_plan<T, stream_backward_cpt<T, KB>()>(a, kLongSegments ? 512 : 256,
+                                                                  kLongSegments ? 2048 : 4096);
         parts = a.B * splan.time_blocks;
         if (!fits_stream_grid(a, splan)) return too_large(a);
     } else {
