@@ -340,6 +340,9 @@ Test(cuda_conv1d, tensors_beyond_2_31_elements)
         {1, 3, L_first, 4, LAYOUT_CHANNEL_FIRST, {100, L_first - 2000}},
         {1, 3, L_first, 8, LAYOUT_CHANNEL_FIRST, {5000, L_first - 777}},
         {1, 8, L_last, 4, LAYOUT_CHANNEL_LAST, {64, L_last - 2000}},
+        /* K > 4 channel-last: backward segments of 512 steps, the first window across the
+         * boundary at step 512 */
+        {1, 8, L_last, 8, LAYOUT_CHANNEL_LAST, {480, L_last - 2000}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         check_big_case(&cases[i]);
