@@ -216,6 +216,24 @@ Test(cuda_conv1d, long_rows_and_many_channels)
         }
 }
 
+/* Short aligned channel-first rows whose length is whole 16-byte vectors, without initial
+ * states: the backward stages each row as one bulk copy per tensor and writes the zeros
+ * around it once per block, and a block walks all B rows of its channel, more rows than it
+ * has buffers, so every buffer is filled again. Rows shorter than a block's span and exactly
+ * one span; the float and (bf16, K ≥ 5) tensor-core backwards; with and without the final
+ * states' gradient. */
+Test(cuda_conv1d, rows_staged_whole)
+{
+    tt_require_cuda();
+    const tg_dtype dtypes[3] = {TG_F32, TG_BF16, TG_F16};
+    for (int d = 0; d < 3; d++) {
+        check_case((conv_case){6, 7, 2048, 4, LAYOUT_CHANNEL_FIRST, dtypes[d], true, true, false, true});
+        check_case((conv_case){5, 9, 1000, 8, LAYOUT_CHANNEL_FIRST, dtypes[d], true, true, false, false});
+        check_case((conv_case){7, 3, 64, 3, LAYOUT_CHANNEL_FIRST, dtypes[d], false, true, false, true});
+        check_case((conv_case){5, 4, 4096, 16, LAYOUT_CHANNEL_FIRST, dtypes[d], true, false, false, true});
+    }
+}
+
 /* Long, 16-byte aligned 16-bit rows (from K = 5 on the staged forward's case, at K = 3 the
  * direct one's): the history enters the first span of each row, and the last span of a row
  * is partly past its end. */

@@ -330,6 +330,15 @@ struct row_plan {
     // This saves the other threads the edge arithmetic of stage_span.
     int inner_first, inner_last;
     __device__ bool is_inner(int index) const { return TG_BULK_COPY && index >= inner_first && index <= inner_last; }
+    // Every span is a whole row (one per row), of aligned rows whose length is whole vectors,
+    // with no initial states: the backward stages a span as one bulk copy per tensor, and the
+    // zeros around the row (x's halo before step 0, both tensors past L) lie at the same place
+    // in every buffer, so a block writes them once (backward_stage::zero_row_edges). Short
+    // rows are all edge spans; through stage_span their staging and bookkeeping were 43% of
+    // the backward's instructions at 8×1536×2048 bf16, and this path took that size's K = 4
+    // fwd+bwd from 80.8 to 76.5 µs, 32×768×1024's from 85.4 to 79.8 (bench/NOTES.md, v26).
+    bool whole_rows;
+    __device__ bool stages_whole_rows() const { return TG_BULK_COPY && whole_rows; }
 };
 
 // Spans a row kernel has staged or in flight at a time: the one being computed and the next
@@ -1264,9 +1273,35 @@ template <typename T, int KB, int STAGES> struct backward_stage {
     }
     __device__ const T *x(int buf) const { return xs + buf * xn; } // from the span's first step − H
     __device__ const T *dout(int buf) const { return ds + buf * dn; } // from the span's first step
+    // Once per block, before the first span is computed (visible after walk_spans' barrier):
+    // the zeros around each buffer's row when every span is a whole row.
+    __device__ void zero_row_edges() const
+    {
+        if (!plan.stages_whole_rows()) return;
+        constexpr int V = vec_width<T>();
+        const int L = (int)a.L; // ≤ ch: one span per row
+        const int x_before = H / V, x_after = (xn - H - L) / V, d_after = (dn - L) / V;
+        const int per_stage = x_before + x_after + d_after;
+        // Counted from the last thread down: thread 0 is issuing the first spans' copies.
+        for (int e = blockDim.x - 1 - threadIdx.x; e < STAGES * per_stage; e += blockDim.x) {
+            const int buf = e / per_stage, k = e % per_stage;
+            T *at = k < x_before ? xs + buf * xn + k * V
+                    : k < x_before + x_after ? xs + buf * xn + H + L + (k - x_before) * V
+                                             : ds + buf * dn + L + (k - x_before - x_after) * V;
+            *(uint4 *)at = make_uint4(0, 0, 0, 0);
+        }
+    }
     __device__ void operator()(row_span span, int buf) const
     {
         const int64_t base = (int64_t)span.index * ch;
+        if (plan.stages_whole_rows()) { // row b's steps 0 … L − 1 only; the zeros are in place
+            if (threadIdx.x == 0) {
+                const unsigned bytes = (unsigned)(a.L * sizeof(T));
+                bulk_copy_to_shared(xs + buf * xn + H, row_of<T>(a.x, span.b, c), bytes, &ready[buf]);
+                bulk_copy_to_shared(ds + buf * dn, row_of<T>(a.y, span.b, c), bytes, &ready[buf]);
+            }
+            return;
+        }
         if (plan.is_inner(span.index)) { // the common case: thread 0 issues two copies, no edges
             if (threadIdx.x == 0) {
                 bulk_copy_to_shared(xs + buf * xn, row_of<T>(a.x, span.b, c) + base - H, xn * sizeof(T), &ready[buf]);
@@ -1339,7 +1374,11 @@ __global__ void __launch_bounds__(kBlock) row_bwd(conv_args a, row_plan plan, fl
         }
         store_row<T, EPT>(row_of<T>(a.dx, b, c), plan.vec_dx, a.L, t0, dx);
     };
-    walk_spans(run, plan, ready, stage, [&] { bias = load_scaled_taps<T, KB>(a, c, wl); }, compute);
+    auto setup = [&] {
+        stage.zero_row_edges();
+        bias = load_scaled_taps<T, KB>(a, c, wl);
+    };
+    walk_spans(run, plan, ready, stage, setup, compute);
 #pragma unroll
     for (int i = 0; i <= KB; i++) partial[i] *= -kLog2e;
     write_block_sums<KB + 1>(a, partial, ws, plan.chunks, run.block_in_channel, c);
@@ -1376,7 +1415,11 @@ __global__ void __launch_bounds__(kBlock, 4) row_bwd_tensor_cores(conv_args a, r
         tc.template pass<kTensorCoreTiles>(a, plan, stage.x(buf) + H + warp_first, stage.dout(buf) + warp_first,
                                            span.b, run.c, t_first, final_from);
     };
-    walk_spans(run, plan, ready, stage, [&] { tc.setup(a, run.c, taps, ops); }, compute);
+    auto setup = [&] {
+        stage.zero_row_edges();
+        tc.setup(a, run.c, taps, ops);
+    };
+    walk_spans(run, plan, ready, stage, setup, compute);
     float partial[KB + 1];
     tc.partials(partial);
     write_block_sums<KB + 1>(a, partial, ws, plan.chunks, run.block_in_channel, run.c);
@@ -2236,6 +2279,7 @@ row_plan make_row_plan(const conv_args &a, const tg_tensor *x, const tg_tensor *
     const int64_t last = (inside_end - right_halo) / plan.chunk_len - 1;
     plan.inner_first = (halo + plan.chunk_len - 1) / plan.chunk_len;
     plan.inner_last = plan.vec_x && plan.vec_y && inside_end >= right_halo ? (int)(last < INT32_MAX ? last : INT32_MAX) : -1;
+    plan.whole_rows = plan.spans == 1 && plan.vec_x && plan.vec_y && a.L % V == 0 && !a.init.p;
     return plan;
 }
 
