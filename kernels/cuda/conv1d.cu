@@ -1774,11 +1774,18 @@ template <typename T, int CPT_> struct stream_shape {
     static_assert(WORD == 2 || WORD == 4 || WORD == 8, "a channel word (channel_word) is 2, 4 or 8 bytes");
     static constexpr int ROW = 32 * WORD;              // bytes of one step a warp reads (64–256)
     static constexpr int U = 1024 / ROW;               // steps per chunk: 1 KB of each tensor
-    static constexpr int RING = 4;                     // chunks per ring: 3 in flight, 1 computed
+    static constexpr int RING = 4;                     // chunks per ring: 3 in flight, 1 computed (the forward's)
     static constexpr int SLOT = U * ROW;               // bytes of one chunk
     static constexpr int CHANNELS = 32 * CPT;          // channels per block: one warp's width
     static constexpr int LANES = kBlock / 32;          // warps per block, each its own segment
 };
+
+// Chunks in the stream backward's rings. Past K = 8 a thread takes one channel, so a chunk is
+// 16 steps of 64-byte rows, and each warp's copies in flight are fewer bytes: six chunks
+// (five in flight; 48 KB per block, 4 blocks per SM) against four measured bf16 channel-last
+// K = 16 fwd+bwd 2040 → 1960 µs; up to K = 8 deeper rings were within 1% (bench/NOTES.md,
+// v25 and v26).
+template <int KB> __host__ __device__ constexpr int stream_backward_ring() { return KB > 8 ? 6 : 4; }
 
 // Resident blocks per SM the stream kernels are compiled for (at most 65536 / (128·blocks)
 // registers per thread): 6 and 4 measured 1–2% faster than 8 and 5 at K ≤ 4, where those
@@ -2003,8 +2010,8 @@ __global__ void __launch_bounds__(kBlock, kStreamBackwardBlocks) stream_bwd(conv
     next_kernel_may_start();
     after_previous_kernels();
     using S = stream_shape<T, stream_backward_cpt<T, KB>()>;
-    constexpr int CPT = S::CPT, U = S::U;
-    __shared__ alignas(16) char ring[S::LANES][2][S::RING][U * S::ROW]; // per warp: x, dout
+    constexpr int CPT = S::CPT, U = S::U, RING = stream_backward_ring<KB>();
+    __shared__ alignas(16) char ring[S::LANES][2][RING][U * S::ROW]; // per warp: x, dout
     const stream_place p = stream_place_of<T, CPT>(a, plan);
     float partial[CPT][KB + 1]; // dwl[0 … KB−1], dbias, times −ln 2
 #pragma unroll
@@ -2079,7 +2086,7 @@ __global__ void __launch_bounds__(kBlock, kStreamBackwardBlocks) stream_bwd(conv
         // t0 + KB − 1 on) away from the final states, in a warp wholly inside C.
         const bool warp_inside_c = p.c0 + S::CHANNELS <= a.C;
         const int64_t unchecked_end = !warp_inside_c ? p.t0 : p.end < final_from + KB - 1 ? p.end : final_from + KB - 1;
-        stream_walk<U, S::RING>(p.t0, p.end + KB - 1, p.t0 + KB - 1, unchecked_end, issue, compute);
+        stream_walk<U, RING>(p.t0, p.end + KB - 1, p.t0 + KB - 1, unchecked_end, issue, compute);
     }
     // The block's partials: its warps' segments summed in order, per channel (through the
     // ring, which no warp reads any more after the barrier).
