@@ -2543,13 +2543,14 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
         parts = rplan.chunks;
         if (!fits_row_grid(a, rplan)) return too_large(a);
     } else if (streams) {
-        // Wide taps take segments twice as long: each segment recomputes K − 1 steps past its end
-        // and computes its first and last chunks with bounds tests, a larger share at K > 4.
+        // Wide taps take longer segments: each segment recomputes K − 1 steps past its end and
+        // computes its first and last chunks with bounds tests, a larger share at K > 4.
         // bf16 16×1536×16384 fwd+bwd, 512 steps against 256: K = 8 1285 → 1259 µs, but
         // K = 4 1046 → 1080 and K = 3 1048 → 1072 (half the blocks: a larger last wave).
-        constexpr bool kLongSegments = KB >= 8;
-        splan = make_stream_plan<T, stream_backward_cpt<T, KB>()>(a, kLongSegments ? 512 : 256,
-                                                                  kLongSegments ? 2048 : 4096);
+        // 1024 against 512: bf16 K = 8 1260 → 1249 µs, K = 16 1960 → 1933, but f32 K = 8
+        // 2069 → 2081–2088 (bench/NOTES.md, v26).
+        constexpr int64_t kSegment = KB < 8 ? 256 : sizeof(T) == 2 ? 1024 : 512;
+        splan = make_stream_plan<T, stream_backward_cpt<T, KB>()>(a, kSegment, 4096 * 256 / kSegment);
         parts = a.B * splan.time_blocks;
         if (!fits_stream_grid(a, splan)) return too_large(a);
     } else {
