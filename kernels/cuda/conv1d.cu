@@ -1774,18 +1774,18 @@ template <typename T, int CPT_> struct stream_shape {
     static_assert(WORD == 2 || WORD == 4 || WORD == 8, "a channel word (channel_word) is 2, 4 or 8 bytes");
     static constexpr int ROW = 32 * WORD;              // bytes of one step a warp reads (64–256)
     static constexpr int U = 1024 / ROW;               // steps per chunk: 1 KB of each tensor
-    static constexpr int RING = 4;                     // chunks per ring: 3 in flight, 1 computed (the forward's)
     static constexpr int SLOT = U * ROW;               // bytes of one chunk
     static constexpr int CHANNELS = 32 * CPT;          // channels per block: one warp's width
     static constexpr int LANES = kBlock / 32;          // warps per block, each its own segment
 };
 
-// Chunks in the stream backward's rings. Past K = 8 a thread takes one channel, so a chunk is
-// 16 steps of 64-byte rows, and each warp's copies in flight are fewer bytes: six chunks
-// (five in flight; 48 KB per block, 4 blocks per SM) against four measured bf16 channel-last
-// K = 16 fwd+bwd 2040 → 1960 µs; up to K = 8 deeper rings were within 1% (bench/NOTES.md,
-// v25 and v26).
-template <int KB> __host__ __device__ constexpr int stream_backward_ring() { return KB > 8 ? 6 : 4; }
+// Chunks in a stream kernel's ring: four, three in flight while one is computed. The backward
+// past K = 8 takes six: a thread there takes one channel, so a chunk is 16 steps of 64-byte
+// rows, and each warp's copies in flight are fewer bytes; six chunks (five in flight; 48 KB
+// per block, 4 blocks per SM) against four measured bf16 channel-last K = 16 fwd+bwd
+// 2040 → 1960 µs. Otherwise deeper rings were within 1%, forward and backward
+// (bench/NOTES.md, v25 and v26).
+template <int KB, bool BACKWARD> __host__ __device__ constexpr int stream_ring() { return BACKWARD && KB > 8 ? 6 : 4; }
 
 // Resident blocks per SM the stream kernels are compiled for (at most 65536 / (128·blocks)
 // registers per thread): 6 and 4 measured 1–2% faster than 8 and 5 at K ≤ 4, where those
@@ -1970,7 +1970,8 @@ __global__ void __launch_bounds__(kBlock, kStreamForwardBlocks) stream_fwd(conv_
 {
     using S = stream_shape<T, stream_forward_cpt<T, KB>()>;
     constexpr int CPT = S::CPT, U = S::U;
-    __shared__ alignas(16) char ring[S::LANES][S::RING][U * S::ROW];
+    constexpr int RING = stream_ring<KB, false>();
+    __shared__ alignas(16) char ring[S::LANES][RING][U * S::ROW];
     const stream_place p = stream_place_of<T, CPT>(a, plan);
     if (p.t0 >= a.L) return; // the whole warp
     float wl[CPT][KB], bias[CPT];
@@ -1997,7 +1998,7 @@ __global__ void __launch_bounds__(kBlock, kStreamForwardBlocks) stream_fwd(conv_
     };
     // Unchecked: chunks of the segment's own steps, in a warp wholly inside C.
     const bool warp_inside_c = p.c0 + S::CHANNELS <= a.C;
-    stream_walk<U, S::RING>(p.t0, p.end, p.t0, warp_inside_c ? p.end : p.t0, issue, compute);
+    stream_walk<U, RING>(p.t0, p.end, p.t0, warp_inside_c ? p.end : p.t0, issue, compute);
 }
 
 // Each warp walks steps t0 … end + KB − 2: g = dout·act'(z) at every step, and at step t the
@@ -2010,7 +2011,7 @@ __global__ void __launch_bounds__(kBlock, kStreamBackwardBlocks) stream_bwd(conv
     next_kernel_may_start();
     after_previous_kernels();
     using S = stream_shape<T, stream_backward_cpt<T, KB>()>;
-    constexpr int CPT = S::CPT, U = S::U, RING = stream_backward_ring<KB>();
+    constexpr int CPT = S::CPT, U = S::U, RING = stream_ring<KB, true>();
     __shared__ alignas(16) char ring[S::LANES][2][RING][U * S::ROW]; // per warp: x, dout
     const stream_place p = stream_place_of<T, CPT>(a, plan);
     float partial[CPT][KB + 1]; // dwl[0 … KB−1], dbias, times −ln 2
@@ -2548,7 +2549,8 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
         // bf16 16×1536×16384 fwd+bwd, 512 steps against 256: K = 8 1285 → 1259 µs, but
         // K = 4 1046 → 1080 and K = 3 1048 → 1072 (half the blocks: a larger last wave).
         // 1024 against 512: bf16 K = 8 1260 → 1249 µs, K = 16 1960 → 1933, but f32 K = 8
-        // 2069 → 2081–2088 (bench/NOTES.md, v26).
+        // 2069 → 2081–2088 (bench/NOTES.md, v26). The blocks wanted fall as the segments grow
+        // (4096, 2048, 1024), the pairs measured.
         constexpr int64_t kSegment = KB < 8 ? 256 : sizeof(T) == 2 ? 1024 : 512;
         splan = make_stream_plan<T, stream_backward_cpt<T, KB>()>(a, kSegment, 4096 * 256 / kSegment);
         parts = a.B * splan.time_blocks;
