@@ -234,6 +234,24 @@ Test(cuda_conv1d, rows_staged_whole)
     }
 }
 
+/* A channel's spans split over several blocks, whose dw and dbias partials a second kernel
+ * adds up: a thread per output up to 8 blocks, a warp per output beyond. Spans are 1024 steps
+ * in f32 and 2048 in 16-bit data (K <= 4), 8 to a block, so B * ceil(L / span) spans make 2, 3,
+ * 8, 9 and 33 blocks per channel here. The bf16 tensor-core backward (K = 8) sizes its blocks to
+ * the waves it fills: 3 blocks per channel on an H200. */
+Test(cuda_conv1d, weight_sums_from_several_blocks)
+{
+    tt_require_cuda();
+    const int64_t batches[5] = {4, 6, 16, 18, 33}, lengths[5] = {3000, 3000, 4000, 4000, 8000};
+    for (int i = 0; i < 5; i++) {
+        check_case((conv_case){batches[i], 3, lengths[i], 4, LAYOUT_CHANNEL_FIRST, TG_F32, true, true,
+                               tt_randint(0, 1), true});
+        check_case((conv_case){batches[i], 3, 2 * lengths[i], 3, LAYOUT_CHANNEL_FIRST, TG_BF16, tt_randint(0, 1),
+                               true, false, true});
+    }
+    check_case((conv_case){6, 8, 4 * 4096, 8, LAYOUT_CHANNEL_FIRST, TG_BF16, true, true, true, true});
+}
+
 /* Long, 16-byte aligned 16-bit rows (from K = 5 on the staged forward's case, at K = 3 the
  * direct one's): the history enters the first span of each row, and the last span of a row
  * is partly past its end. */

@@ -2146,13 +2146,30 @@ template <typename T> __global__ void initial_grad_kernel(conv_args a, t3 diniti
     }
 }
 
-// dw[c, K−1−i] and dbias[c] from ws[c][i][0 … parts): one warp per output, its lanes taking
-// every 32nd part and then a fixed shuffle tree, so the order of the sum never changes.
+// dw[c, K−1−i] and dbias[c] from ws[c][i][0 … parts). Up to kFewParts parts a thread per
+// output adds them in order; more, a warp per output, its lanes taking every 32nd part and
+// then a fixed shuffle tree. Either way the order of the sum never changes.
+constexpr int64_t kFewParts = 8;
 __global__ void sum_partials_kernel(const float *ws, int64_t parts, int64_t C, weight_grads grads)
 {
     after_previous_kernels();
     const int KB = grads.KB;
     const int64_t n = C * (KB + 1);
+    // 32×768×1024 bf16 K = 4 has 4 parts: with a thread per output its fwd+bwd less fwd fell
+    // from 48.0 to 47.6–47.7 µs (bench/NOTES.md, v27); a warp per output left 28 lanes idle.
+    if (parts <= kFewParts) {
+        for (int64_t idx = tg_global_index(); idx < n; idx += tg_global_stride()) {
+            const int i = (int)(idx % (KB + 1));
+            if (!grads.wanted(i)) continue;
+            const float *row = ws + idx * parts;
+            float sum = 0.0f;
+#pragma unroll // all loads in flight at once, the additions still in order
+            for (int p = 0; p < kFewParts; p++)
+                if (p < parts) sum += row[p];
+            grads.store(idx / (KB + 1), i, sum);
+        }
+        return;
+    }
     const int lane = threadIdx.x % 32;
     for (int64_t idx = tg_global_index() / 32; idx < n; idx += tg_global_stride() / 32) {
         const int64_t c = idx / (KB + 1);
@@ -2166,6 +2183,9 @@ __global__ void sum_partials_kernel(const float *ws, int64_t parts, int64_t C, w
         if (lane == 0) grads.store(c, i, sum);
     }
 }
+
+// Threads sum_partials_kernel takes for C channels' KB + 1 outputs.
+int64_t sum_partials_threads(int64_t parts, int64_t C, int KB) { return (parts <= kFewParts ? 1 : 32) * C * (KB + 1); }
 
 // ---- launching ---------------------------------------------------------------------------------------
 
@@ -2591,8 +2611,8 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
         status = launch_overlapped(op, kernel, tile_grid(a, tplan), dim3(kBlock), 0, a, tplan, ws);
     }
     if (status == TG_OK && (dweight || dbias) && !a.final_grads)
-        status = launch_overlapped(op, sum_partials_kernel, dim3(tg_blocks_for(32 * a.C * (KB + 1))), dim3(TG_THREADS),
-                                   0, (const float *)ws, parts, a.C, a.grads);
+        status = launch_overlapped(op, sum_partials_kernel, dim3(tg_blocks_for(sum_partials_threads(parts, a.C, KB))),
+                                   dim3(TG_THREADS), 0, (const float *)ws, parts, a.C, a.grads);
     if (status == TG_OK && dinitial && a.K > 1)
         status = launch_overlapped(op, initial_grad_kernel<T>, dim3(tg_blocks_for(a.B * a.C * (a.K - 1))),
                                    dim3(TG_THREADS), 0, a, t3_of(dinitial));
