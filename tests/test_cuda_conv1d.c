@@ -234,6 +234,23 @@ Test(cuda_conv1d, rows_staged_whole)
     }
 }
 
+/* Short 16-bit rows (one pass of the direct forward): from K = 3 on a forward block takes 2
+ * or 4 rows of its channel in turn when the rows are aligned and their length a multiple of
+ * 16 steps, so B that is not a multiple of the group leaves the last group short; other rows
+ * take the one-row path. With the history of initial states. */
+Test(cuda_conv1d, short_16bit_rows_in_groups)
+{
+    tt_require_cuda();
+    const int64_t widths[4] = {3, 4, 8, 16}, batches[4] = {1, 3, 5, 9};
+    for (int k = 0; k < 4; k++) {
+        const tg_dtype dtype = k % 2 ? TG_F16 : TG_BF16;
+        check_case((conv_case){batches[k], 6, 16 * tt_randint(1, 128), widths[k], LAYOUT_CHANNEL_FIRST, dtype, true,
+                               true, true, tt_randint(0, 1)});
+        check_case((conv_case){batches[k], 6, tt_randint(1, 2048), widths[k], LAYOUT_MISALIGNED, dtype, true, true,
+                               true, tt_randint(0, 1)});
+    }
+}
+
 /* A channel's spans split over several blocks, whose dw and dbias partials a second kernel
  * adds up: a thread per output up to 8 blocks, a warp per output beyond. Spans are 1024 steps
  * in f32 and 2048 in 16-bit data (K <= 4), 8 to a block, so B * ceil(L / span) spans make 2, 3,

@@ -608,18 +608,14 @@ __device__ inline void load_row(const T *row, bool vec_ok, int64_t L, int64_t t0
     }
 }
 
+// The direct forward's passes over row (b, c): chunk_len steps each, from this block's chunk.
 template <typename T, int KB>
-__global__ void __launch_bounds__(kBlock) row_fwd_direct(conv_args a, row_plan plan)
+__device__ inline void row_fwd_direct_passes(const conv_args &a, const row_plan &plan, int64_t b, int64_t c,
+                                             unsigned chunk, const float (&wl)[KB], float bias)
 {
     constexpr int EPT = row_ept<T>();
-    // 32-bit divisions (the grid fits an int): blocks of short rows make one pass, so this
-    // arithmetic is a real share of their work.
-    const unsigned chunks = (unsigned)plan.chunks, row = blockIdx.x / chunks, chunk = blockIdx.x % chunks;
-    const int64_t b = row / (unsigned)a.C, c = row % (unsigned)a.C;
     const T *x = row_of<T>(a.x, b, c);
     T *y = row_of<T>(a.y, b, c);
-    float wl[KB];
-    const float bias = load_taps<T, KB>(a, c, wl);
     for (int pass = 0; pass < plan.passes; pass++) {
         const int64_t base = (chunk * plan.passes + pass) * plan.chunk_len;
         if (base >= a.L) break; // uniform across the block
@@ -632,6 +628,58 @@ __global__ void __launch_bounds__(kBlock) row_fwd_direct(conv_args a, row_plan p
         forward_window<KB, EPT>(wl, bias, win, a.silu, out);
         store_row<T, EPT>(y, plan.vec_y, a.L, t0, out);
     }
+}
+
+// Rows first_b … first_b + ROWS − 1 of channel c, each one pass of whole 16-byte vectors per
+// thread (aligned rows, L a multiple of EPT: the host's choice), the next row's x asked for
+// before this row is computed, so a block keeps loads in flight while it computes. Only this
+// path is compiled into the ROWS > 1 kernels: with the general one beside it (rows not
+// aligned, a last thread inside the row) ptxas gave them 72 registers at K = 4 instead of 48,
+// and with the loop over rows unrolled 80.
+template <typename T, int KB, int ROWS>
+__device__ inline void row_fwd_direct_rows(const conv_args &a, bool vec_y, int64_t first_b, int64_t c,
+                                           const float (&wl)[KB], float bias)
+{
+    constexpr int EPT = row_ept<T>(), V = vec_width<T>();
+    const int64_t t0 = (int64_t)threadIdx.x * EPT;
+    uint4 ahead[EPT / V]; // x[t0 … t0 + EPT − 1] of the next row, as stored
+    auto fetch = [&](int64_t b) {
+        if (t0 >= a.L) return;
+        const T *x = row_of<T>(a.x, b, c);
+#pragma unroll
+        for (int q = 0; q < EPT / V; q++) ahead[q] = *(const uint4 *)(x + t0 + q * V);
+    };
+    fetch(first_b);
+#pragma unroll 1
+    for (int r = 0; r < ROWS; r++) {
+        const int64_t b = first_b + r;
+        if (b >= a.B) break; // uniform across the block
+        float win[KB - 1 + EPT]; // x[t0 − (KB−1)] … x[t0 + EPT − 1]
+#pragma unroll
+        for (int q = 0; q < EPT / V; q++) unpack16<T>(ahead[q], win + KB - 1 + q * V);
+        if (r + 1 < ROWS && b + 1 < a.B) fetch(b + 1);
+        left_halo<T, KB, EPT>(a, row_of<T>(a.x, b, c), b, c, t0, win + KB - 1, win);
+        if (t0 >= a.L) continue;
+        float out[EPT];
+        forward_window<KB, EPT>(wl, bias, win, a.silu, out);
+        store_row<T, EPT>(row_of<T>(a.y, b, c), vec_y, a.L, t0, out);
+    }
+}
+
+// ROWS = 1: chunks blocks per (b, c) row, each making up to `passes` passes. ROWS > 1 (short
+// rows, direct_forward_rows): a block per ROWS rows of a channel, which loads the channel's
+// taps once for all of them (row_fwd_direct_rows).
+template <typename T, int KB, int ROWS>
+__global__ void __launch_bounds__(kBlock) row_fwd_direct(conv_args a, row_plan plan)
+{
+    // 32-bit divisions (the grid fits an int): blocks of short rows make one pass, so this
+    // arithmetic is a real share of their work.
+    const unsigned chunks = (unsigned)plan.chunks, row = blockIdx.x / chunks, chunk = blockIdx.x % chunks;
+    const int64_t first_b = (int64_t)(row / (unsigned)a.C) * ROWS, c = row % (unsigned)a.C;
+    float wl[KB];
+    const float bias = load_taps<T, KB>(a, c, wl);
+    if constexpr (ROWS == 1) row_fwd_direct_passes<T, KB>(a, plan, first_b, c, chunk, wl, bias);
+    else row_fwd_direct_rows<T, KB, ROWS>(a, plan.vec_y, first_b, c, wl, bias);
 }
 
 // ---- bf16 on tensor cores --------------------------------------------------------
@@ -2243,6 +2291,17 @@ int row_threads(int64_t L, int steps_per_thread)
     return threads >= kBlock ? kBlock : (int)((threads + 31) / 32 * 32);
 }
 
+// Rows of one span (short rows) per block of the direct forward in 16-bit data: 2 at K = 3
+// and 4, 4 from K = 5 on, one row per block below K = 3 and in f32 (row_fwd_direct_rows).
+// Measured (bench/NOTES.md, v27), forward µs at 8×1536×2048 and 32×768×1024, one row → 2 → 4:
+// bf16 K = 8 41.6 → 38.4 → 36.2 and 42.0 → 37.9 → 35.5 (8 rows: 35.5, 35.6); K = 4 31.9 → 30.4
+// → 31.6 and 31.8 → 30.4 → 31.6 (8 rows: 36.0, 37.2); K = 3 31.5 → 30.3 → 31.7. Four rows
+// slowed bf16 K = 2 (30.1 → 31.3) and f32 K = 4 at 32×768×1024 (53.3 → 55.2).
+template <typename T, int KB> constexpr int direct_forward_rows()
+{
+    return sizeof(T) != 2 || KB < 3 ? 1 : KB <= 4 ? 2 : 4;
+}
+
 // The direct forward's plan: chunk_len = threads · EPT steps per pass, at least 4 blocks per
 // (b, c) row, up to 4 passes each (chunks is then blocks per row, spans unused).
 template <typename T>
@@ -2499,8 +2558,14 @@ tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *fina
             }
         } else {
             row_plan plan = make_row_fwd_direct_plan<T>(a, in->x, out, threads);
-            if (a.B * a.C * plan.chunks > INT32_MAX) return too_large(a);
-            row_fwd_direct<T, KB><<<(unsigned)(a.B * a.C * plan.chunks), threads>>>(a, plan);
+            // Rows of one pass whose every thread loads whole vectors (row_fwd_direct_rows).
+            const bool by_rows = direct_forward_rows<T, KB>() > 1 && plan.chunks == 1 && plan.passes == 1 &&
+                                 plan.vec_x && a.L % row_ept<T>() == 0;
+            const int64_t rows_per_block = by_rows ? direct_forward_rows<T, KB>() : 1;
+            const int64_t blocks = (a.B + rows_per_block - 1) / rows_per_block * a.C * plan.chunks;
+            if (blocks > INT32_MAX) return too_large(a);
+            if (by_rows) row_fwd_direct<T, KB, direct_forward_rows<T, KB>()><<<(unsigned)blocks, threads>>>(a, plan);
+            else row_fwd_direct<T, KB, 1><<<(unsigned)blocks, threads>>>(a, plan);
         }
     } else if (streams_take<T, stream_forward_cpt<T, KB>()>(a, in->x, NULL, out)) {
         stream_plan plan = make_stream_plan<T, stream_forward_cpt<T, KB>()>(a);
