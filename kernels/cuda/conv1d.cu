@@ -643,6 +643,8 @@ __device__ inline void row_fwd_direct_rows(const conv_args &a, bool vec_y, int64
     constexpr int EPT = row_ept<T>(), V = vec_width<T>();
     const int64_t t0 = (int64_t)threadIdx.x * EPT;
     uint4 ahead[EPT / V]; // x[t0 … t0 + EPT − 1] of the next row, as stored
+    // Threads past the row's end load nothing: what they hold is never stored, and the halo's
+    // shuffles carry values only to later lanes, which lie past the end too.
     auto fetch = [&](int64_t b) {
         if (t0 >= a.L) return;
         const T *x = row_of<T>(a.x, b, c);
