@@ -19,6 +19,12 @@
  *     launch work overlaps the previous run while the host keeps ahead. The median is
  *     reported (and the quartiles in the CSV). A run that would take more than the time
  *     budget gets fewer repetitions, never fewer than the minimum.
+ *   - The copy at this size. A copy of fewer bytes runs below the 1 GiB copy's rate (on an
+ *     H200 a copy of 50 MB reached about 86% of it), so each (size, dtype, layout) also
+ *     times a device-to-device copy of its x (N·size bytes read and as many written),
+ *     rotated over the same sets: "x copy" is that copy's time, a reference for what a
+ *     pass moving the same bytes can reach at this size (the forward moves one x copy's
+ *     bytes, forward + backward two and a half).
  *   - Sanity. The outputs and gradients of the first set are filled with NaN before a
  *     row starts, so the check that they are all finite afterwards also catches elements
  *     that no kernel wrote.
@@ -80,6 +86,16 @@ static tg_status run_forward_backward(const void *context, int set)
     tg_status status = tg_cuda_causal_conv1d_fwd(&args, c->out[set], NULL);
     if (status != TG_OK) return status;
     return tg_cuda_causal_conv1d_bwd(&args, c->dout[set], NULL, c->dx[set], c->dweight, c->dbias, NULL);
+}
+
+/* A device-to-device copy of set `set`'s x into its out (the same bytes, in one call). */
+static tg_status run_x_copy(const void *context, int set)
+{
+    const bench_case *c = context;
+    size_t bytes = (size_t)tg_numel(c->x[set]) * tg_dtype_size(c->x[set]->dtype);
+    cudaError_t error = cudaMemcpyAsync(tg_bytes(c->out[set]), tg_bytes(c->x[set]), bytes, cudaMemcpyDeviceToDevice, 0);
+    if (error != cudaSuccess) return tg_set_error(TG_ERR_DEVICE, "x copy: %s", cudaGetErrorString(error));
+    return TG_OK;
 }
 
 /* ---- the finiteness check ----------------------------------------------------------------- */
@@ -172,6 +188,7 @@ typedef struct {
     bench_layout layout;
     int64_t width;
     bench_timing fwd, fwd_bwd;
+    double x_copy_us; /* a device copy of x at this size (NaN when it failed) */
     int64_t non_finite; /* in out, dx, dweight, dbias of set 0; -1 when not checked */
 } bench_row;
 
@@ -187,8 +204,8 @@ static const char *finite_word(int64_t non_finite)
 
 static void print_header(void)
 {
-    printf("%-15s %-5s %-3s %2s %10s %7s %11s %7s %9s %7s\n", "B x C x L", "dtype", "lay", "K", "fwd us",
-           "% copy", "fwd+bwd us", "% copy", "runs", "finite");
+    printf("%-15s %-5s %-3s %2s %10s %7s %11s %7s %9s %9s %7s\n", "B x C x L", "dtype", "lay", "K", "fwd us",
+           "% copy", "fwd+bwd us", "% copy", "x copy us", "runs", "finite");
 }
 
 static void print_row(const bench_row *r, double copy_gbps, FILE *csv)
@@ -200,20 +217,20 @@ static void print_row(const bench_row *r, double copy_gbps, FILE *csv)
     char shape[48];
     snprintf(shape, sizeof shape, "%lldx%lldx%lld", (long long)r->size.batch, (long long)r->size.channels,
              (long long)r->size.length);
-    printf("%-15s %-5s %-3s %2lld %10.1f %7.1f %11.1f %7.1f %4d/%-4d %7s\n", shape, tg_dtype_name(r->dtype),
+    printf("%-15s %-5s %-3s %2lld %10.1f %7.1f %11.1f %7.1f %9.1f %4d/%-4d %7s\n", shape, tg_dtype_name(r->dtype),
            layout_names[r->layout], (long long)r->width, r->fwd.ok ? r->fwd.median_us : NAN, fwd_pct,
-           r->fwd_bwd.ok ? r->fwd_bwd.median_us : NAN, both_pct, r->fwd.runs, r->fwd_bwd.runs,
+           r->fwd_bwd.ok ? r->fwd_bwd.median_us : NAN, both_pct, r->x_copy_us, r->fwd.runs, r->fwd_bwd.runs,
            finite_word(r->non_finite));
     if (!r->fwd.ok) printf("    forward failed: %s\n", r->fwd.error);
     if (!r->fwd_bwd.ok) printf("    forward+backward failed: %s\n", r->fwd_bwd.error);
     if (r->non_finite > 0) printf("    %lld non-finite or unwritten elements\n", (long long)r->non_finite);
     if (!csv) return;
     const char *status = !r->fwd.ok ? r->fwd.error : !r->fwd_bwd.ok ? r->fwd_bwd.error : r->non_finite != 0 ? "not finite" : "ok";
-    fprintf(csv, "%lld,%lld,%lld,%s,%s,%lld,%.2f,%.2f,%.2f,%d,%.1f,%.2f,%.2f,%.2f,%d,%.1f,%s,%.1f,%s\n",
+    fprintf(csv, "%lld,%lld,%lld,%s,%s,%lld,%.2f,%.2f,%.2f,%d,%.1f,%.2f,%.2f,%.2f,%d,%.1f,%s,%.1f,%.2f,%s\n",
             (long long)r->size.batch, (long long)r->size.channels, (long long)r->size.length, tg_dtype_name(r->dtype),
             layout_names[r->layout], (long long)r->width, r->fwd.median_us, r->fwd.q1_us, r->fwd.q3_us, r->fwd.runs,
             fwd_pct, r->fwd_bwd.median_us, r->fwd_bwd.q1_us, r->fwd_bwd.q3_us, r->fwd_bwd.runs, both_pct,
-            finite_word(r->non_finite), copy_gbps, status);
+            finite_word(r->non_finite), copy_gbps, r->x_copy_us, status);
     fflush(csv);
 }
 
@@ -237,11 +254,13 @@ static bool bench_case_rows(tg_tape *tape, tg_rng *rng, bench_size s, tg_dtype d
 {
     bench_case c = {0};
     bool made = make_sets(tape, rng, &c, dtype, s, layout, l2_bytes);
+    bench_timing x_copy = made ? bench_time_runs(run_x_copy, &c, c.sets, &o->runs) : bench_timing_failed("no sets");
     /* --width K measures that K alone, also one outside the default list (e.g. 16). */
     const int64_t *widths = o->only_width ? &o->only_width : bench_widths;
     const int count = o->only_width ? 1 : COUNT_OF(bench_widths);
     for (int k = 0; k < count; k++) {
-        bench_row r = {.size = s, .dtype = dtype, .layout = layout, .width = widths[k], .non_finite = -1};
+        bench_row r = {.size = s, .dtype = dtype, .layout = layout, .width = widths[k], .non_finite = -1,
+                       .x_copy_us = x_copy.ok ? x_copy.median_us : NAN};
         if (!made || !make_parameters(tape, rng, &c, dtype, s.channels, r.width)) {
             r.fwd = r.fwd_bwd = bench_timing_failed(tg_last_error());
         } else {
@@ -319,7 +338,7 @@ static FILE *open_csv(const char *path)
         return NULL;
     }
     fprintf(csv, "B,C,L,dtype,layout,K,fwd_us,fwd_q1_us,fwd_q3_us,fwd_runs,fwd_pct_copy,fwdbwd_us,fwdbwd_q1_us,"
-                 "fwdbwd_q3_us,fwdbwd_runs,fwdbwd_pct_copy,finite,copy_GBps,status\n");
+                 "fwdbwd_q3_us,fwdbwd_runs,fwdbwd_pct_copy,finite,copy_GBps,xcopy_us,status\n");
     return csv;
 }
 
