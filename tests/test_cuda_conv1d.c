@@ -13,6 +13,7 @@ typedef struct {
     layout lay;
     tg_dtype dtype;
     bool bias, silu, initial, final;
+    bool strided_weight; /* the weight a transposed view of a (K, C) tensor: strides (1, C) */
 } conv_case;
 
 /* A CPU (B, C, L) tensor of random values in the asked layout, as a gradient-requiring leaf. */
@@ -39,11 +40,23 @@ static tg_tensor *x_in_layout(tg_tape *tape, const conv_case *cc)
     return x;
 }
 
+/* The (C, K) weight as a gradient-requiring leaf: contiguous, or a transposed view. */
+static tg_tensor *weight_leaf(tg_tape *tape, const conv_case *cc)
+{
+    if (!cc->strided_weight) return tt_leaf(tape, cc->dtype, 2, (int64_t[]){cc->C, cc->K});
+    tg_tensor *base = tt_randn(tape, cc->dtype, 2, (int64_t[]){cc->K, cc->C});
+    tg_tensor *w = tg_view(tape, base, 2, (int64_t[]){cc->C, cc->K}, (int64_t[]){1, cc->C}, 0);
+    cr_assert(w, "%s", tg_last_error());
+    cr_assert_eq(tg_set_requires_grad(w, true), TG_OK);
+    return w;
+}
+
 static void describe(const conv_case *cc, char *buf, size_t size)
 {
-    snprintf(buf, size, "B=%lld C=%lld L=%lld K=%lld %s %s%s%s%s%s", (long long)cc->B, (long long)cc->C,
+    snprintf(buf, size, "B=%lld C=%lld L=%lld K=%lld %s %s%s%s%s%s%s", (long long)cc->B, (long long)cc->C,
              (long long)cc->L, (long long)cc->K, layout_names[cc->lay], tg_dtype_name(cc->dtype),
-             cc->bias ? " bias" : "", cc->silu ? " silu" : "", cc->initial ? " initial" : "", cc->final ? " final" : "");
+             cc->bias ? " bias" : "", cc->silu ? " silu" : "", cc->initial ? " initial" : "", cc->final ? " final" : "",
+             cc->strided_weight ? " transposed weight" : "");
 }
 
 /* Runs the conv on the given inputs and backward from out (and final states) with the given
@@ -113,13 +126,13 @@ static void check_case(conv_case cc)
     char what[160], item[200];
     describe(&cc, what, sizeof what);
     tg_tape *tape = tg_tape_create();
-    tg_tensor *cpu[4] = {x_in_layout(tape, &cc), tt_leaf(tape, cc.dtype, 2, (int64_t[]){cc.C, cc.K}),
+    tg_tensor *cpu[4] = {x_in_layout(tape, &cc), weight_leaf(tape, &cc),
                          tt_leaf(tape, cc.dtype, 1, (int64_t[]){cc.C}),
                          tt_leaf(tape, cc.dtype, 3, (int64_t[]){cc.B, cc.C, cc.K - 1})};
     tg_tensor *gcpu[2] = {tt_randn(tape, cc.dtype, 3, (int64_t[]){cc.B, cc.C, cc.L}),
                           tt_randn(tape, cc.dtype, 3, (int64_t[]){cc.B, cc.C, cc.K - 1})};
     tg_tensor *gpu[4], *ggpu[2];
-    for (int i = 0; i < 4; i++) gpu[i] = tt_cuda_twin(tape, cpu[i], i == 0);
+    for (int i = 0; i < 4; i++) gpu[i] = tt_cuda_twin(tape, cpu[i], i == 0 || (i == 1 && cc.strided_weight));
     for (int i = 0; i < 2; i++) ggpu[i] = tt_cuda_twin(tape, gcpu[i], false);
 
     tg_tensor *on_cpu[N_RESULTS], *on_gpu[N_RESULTS], *terms[N_RESULTS];
@@ -249,6 +262,31 @@ Test(cuda_conv1d, short_16bit_rows_in_groups)
         check_case((conv_case){batches[k], 6, tt_randint(1, 2048), widths[k], LAYOUT_MISALIGNED, dtype, true, true,
                                true, tt_randint(0, 1)});
     }
+}
+
+/* The grouped forward's grid has a row of blocks per group of rows, at most 65535 of them:
+ * 131070 rows of 2 to a block fill it, 131071 take the one-row path instead. */
+Test(cuda_conv1d, grouped_forward_at_the_grid_limit)
+{
+    tt_require_cuda();
+    check_case((conv_case){131070, 1, 16, 4, LAYOUT_CHANNEL_FIRST, TG_BF16, true, true, true, false});
+    check_case((conv_case){131071, 1, 16, 3, LAYOUT_CHANNEL_FIRST, TG_BF16, true, true, false, true});
+}
+
+/* The kernels read the taps through the weight's strides: a transposed weight (strides 1, C)
+ * on every path (grouped and one-row forward, row, tensor-core, stream and tile backward). */
+Test(cuda_conv1d, weights_as_a_transposed_view)
+{
+    tt_require_cuda();
+    const conv_case cases[] = {
+        {3, 6, 512, 4, LAYOUT_CHANNEL_FIRST, TG_BF16, true, true, true, true, true},
+        {2, 5, 700, 4, LAYOUT_CHANNEL_FIRST, TG_F32, true, true, false, true, true},
+        {2, 4, 4096 + 48, 8, LAYOUT_CHANNEL_FIRST, TG_BF16, true, true, true, false, true},
+        {3, 5, 256, 16, LAYOUT_CHANNEL_FIRST, TG_F16, false, true, true, true, true},
+        {2, 64, 300, 8, LAYOUT_CHANNEL_LAST, TG_BF16, true, true, true, true, true},
+        {2, 7, 100, 3, LAYOUT_STRIDED, TG_F32, true, false, true, true, true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(cases[i]);
 }
 
 /* A channel's spans split over several blocks, whose dw and dbias partials a second kernel

@@ -124,9 +124,11 @@ template <typename T> __device__ inline float x_at(const conv_args &a, int64_t b
 // The channel's weights by look-back distance (zero past K) and its bias.
 template <typename T, int KB> __device__ inline float load_taps(const conv_args &a, int64_t c, float (&wl)[KB])
 {
-    const T *w = (const T *)a.w + c * a.ws0;
+    // wl[0], then a step back per tap: a 64-bit multiply per tap had been a real share of the
+    // short-row blocks' setup, and of the stream kernels' (bf16 cl K = 8 fwd+bwd 1250 → 1235 µs).
+    const T *w = (const T *)a.w + c * a.ws0 + (a.K - 1) * a.ws1;
 #pragma unroll
-    for (int i = 0; i < KB; i++) wl[i] = i < a.K ? tg_to_float(w[(a.K - 1 - i) * a.ws1]) : 0.0f;
+    for (int i = 0; i < KB; i++, w -= a.ws1) wl[i] = i < a.K ? tg_to_float(*w) : 0.0f;
     return a.bias ? tg_to_float(((const T *)a.bias)[c * a.bs0]) : 0.0f;
 }
 
@@ -592,6 +594,31 @@ __device__ inline void left_halo(const conv_args &a, const T *x, int64_t b, int6
     }
 }
 
+// left_halo for rows of whole aligned vectors (the grouped forward's): every thread's steps
+// start at a multiple of EPT, so the KB − 1 steps before lane 0's window are the previous
+// warp's last ones, and lane 0 takes them with one or two 16-byte loads instead of a load and
+// a branch per step (each load waited for before the next: at K = 8 seven in a row, per row).
+// A thread past the row's end loads nothing (it stores nothing).
+template <typename T, int KB, int EPT>
+__device__ inline void aligned_left_halo(const conv_args &a, const T *x, int64_t b, int64_t c, int64_t t0,
+                                         const float *body, float *halo)
+{
+    constexpr int V = vec_width<T>(), NV = (KB - 1 + V - 1) / V; // vectors holding the halo
+    static_assert(KB - 1 <= EPT, "the halo lies in the previous lane's window");
+#pragma unroll
+    for (int m = 1; m < KB; m++) halo[KB - 1 - m] = __shfl_up_sync(0xffffffffu, body[EPT - m], 1);
+    if (threadIdx.x % 32 != 0 || t0 >= a.L) return;
+    if (t0 >= NV * V) {
+        float before[NV * V]; // x[t0 − NV·V] … x[t0 − 1]
+#pragma unroll
+        for (int q = 0; q < NV; q++) unpack16<T>(*(const uint4 *)(x + t0 - (NV - q) * V), before + q * V);
+#pragma unroll
+        for (int m = 1; m < KB; m++) halo[KB - 1 - m] = before[NV * V - m];
+    } else { // the row's first steps: the history, or zeros
+#pragma unroll
+        for (int m = 1; m < KB; m++) halo[KB - 1 - m] = history_at<T>(a, b, c, t0 - m);
+    }
+}
 
 // win[j] = row[t0 + j] for j in [0, N), 0 past the end (vector loads where aligned and inside
 // the row). The row kernels only run on rows with stride 1 along L (or L = 1).
@@ -660,7 +687,7 @@ __device__ inline void row_fwd_direct_rows(const conv_args &a, bool vec_y, int64
 #pragma unroll
         for (int q = 0; q < EPT / V; q++) unpack16<T>(ahead[q], win + KB - 1 + q * V);
         if (r + 1 < ROWS && b + 1 < a.B) fetch(b + 1);
-        left_halo<T, KB, EPT>(a, row_of<T>(a.x, b, c), b, c, t0, win + KB - 1, win);
+        aligned_left_halo<T, KB, EPT>(a, row_of<T>(a.x, b, c), b, c, t0, win + KB - 1, win);
         if (t0 >= a.L) continue;
         float out[EPT];
         forward_window<KB, EPT>(wl, bias, win, a.silu, out);
@@ -668,20 +695,40 @@ __device__ inline void row_fwd_direct_rows(const conv_args &a, bool vec_y, int64
     }
 }
 
-// ROWS = 1: chunks blocks per (b, c) row, each making up to `passes` passes. ROWS > 1 (short
-// rows, direct_forward_rows): a block per ROWS rows of a channel, which loads the channel's
-// taps once for all of them (row_fwd_direct_rows).
-template <typename T, int KB, int ROWS>
-__global__ void __launch_bounds__(kBlock) row_fwd_direct(conv_args a, row_plan plan)
+// Chunks blocks per (b, c) row, each making up to `passes` passes.
+template <typename T, int KB> __global__ void __launch_bounds__(kBlock) row_fwd_direct(conv_args a, row_plan plan)
 {
     // 32-bit divisions (the grid fits an int): blocks of short rows make one pass, so this
     // arithmetic is a real share of their work.
     const unsigned chunks = (unsigned)plan.chunks, row = blockIdx.x / chunks, chunk = blockIdx.x % chunks;
-    const int64_t first_b = (int64_t)(row / (unsigned)a.C) * ROWS, c = row % (unsigned)a.C;
+    const int64_t b = row / (unsigned)a.C, c = row % (unsigned)a.C;
     float wl[KB];
     const float bias = load_taps<T, KB>(a, c, wl);
-    if constexpr (ROWS == 1) row_fwd_direct_passes<T, KB>(a, plan, first_b, c, chunk, wl, bias);
-    else row_fwd_direct_rows<T, KB, ROWS>(a, plan.vec_y, first_b, c, wl, bias);
+    row_fwd_direct_passes<T, KB>(a, plan, b, c, chunk, wl, bias);
+}
+
+// Resident blocks per SM the grouped forward is compiled for: the registers it used when
+// nothing told ptxas (48 at K ≤ 4, 64 at K = 8, 118 at K = 16), which small changes to the
+// kernel moved by up to 30 (K = 8: 94 registers, 5 blocks per SM instead of 8). At K = 16 the
+// f16 kernel now spills 8 bytes under it.
+template <int KB> constexpr int grouped_forward_min_blocks() { return KB <= 4 ? 10 : KB <= 8 ? 8 : 4; }
+
+// Short rows (direct_forward_rows): a block per ROWS rows of a channel, which loads the
+// channel's taps once for all of them (row_fwd_direct_rows), on a grid of C × ⌈B / ROWS⌉
+// blocks, so that a block finds its channel and rows without a division. A block of 2 rows
+// used to spend about a third of its code (190 of 640 instructions) before its
+// first row: the division, 64-bit arithmetic per tap, the loads. With this grid, the taps
+// loaded by one stepped pointer (load_taps) and the halo by aligned_left_halo, the forward
+// measured 30.2–30.5 → 29.2–29.8 µs at bf16 K = 4 and 35.0–35.7 → 31.7–33.5 at K = 8
+// (8×1536×2048, 32×768×1024; bench/NOTES.md, v28).
+template <typename T, int KB, int ROWS>
+__global__ void __launch_bounds__(kBlock, grouped_forward_min_blocks<KB>()) row_fwd_direct_grouped(conv_args a,
+                                                                                                 bool vec_y)
+{
+    const int64_t c = blockIdx.x, first_b = (int64_t)blockIdx.y * ROWS;
+    float wl[KB];
+    const float bias = load_taps<T, KB>(a, c, wl);
+    row_fwd_direct_rows<T, KB, ROWS>(a, vec_y, first_b, c, wl, bias);
 }
 
 // ---- bf16 on tensor cores --------------------------------------------------------
@@ -2298,7 +2345,9 @@ int row_threads(int64_t L, int steps_per_thread)
 // Measured (bench/NOTES.md, v27), forward µs at 8×1536×2048 and 32×768×1024, one row → 2 → 4:
 // bf16 K = 8 41.6 → 38.4 → 36.2 and 42.0 → 37.9 → 35.5 (8 rows: 35.5, 35.6); K = 4 31.9 → 30.4
 // → 31.6 and 31.8 → 30.4 → 31.6 (8 rows: 36.0, 37.2); K = 3 31.5 → 30.3 → 31.7. Four rows
-// slowed bf16 K = 2 (30.1 → 31.3) and f32 K = 4 at 32×768×1024 (53.3 → 55.2).
+// slowed bf16 K = 2 (30.1 → 31.3) and f32 K = 4 at 32×768×1024 (53.3 → 55.2). With the grid
+// and halo of row_fwd_direct_grouped (v28), 4 rows at K = 3 and 4 again lost: 29.1–29.6 →
+// 31.1–31.4 µs at both sizes.
 template <typename T, int KB> constexpr int direct_forward_rows()
 {
     return sizeof(T) != 2 || KB < 3 ? 1 : KB <= 4 ? 2 : 4;
@@ -2561,13 +2610,20 @@ tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *fina
         } else {
             row_plan plan = make_row_fwd_direct_plan<T>(a, in->x, out, threads);
             // Rows of one pass whose every thread loads whole vectors (row_fwd_direct_rows).
-            const bool by_rows = direct_forward_rows<T, KB>() > 1 && plan.chunks == 1 && plan.passes == 1 &&
-                                 plan.vec_x && a.L % row_ept<T>() == 0;
-            const int64_t rows_per_block = by_rows ? direct_forward_rows<T, KB>() : 1;
-            const int64_t blocks = (a.B + rows_per_block - 1) / rows_per_block * a.C * plan.chunks;
-            if (blocks > INT32_MAX) return too_large(a);
-            if (by_rows) row_fwd_direct<T, KB, direct_forward_rows<T, KB>()><<<(unsigned)blocks, threads>>>(a, plan);
-            else row_fwd_direct<T, KB, 1><<<(unsigned)blocks, threads>>>(a, plan);
+            constexpr int kRows = direct_forward_rows<T, KB>();
+            const int64_t groups = (a.B + kRows - 1) / kRows; // the grid's y: at most 65535
+            const bool by_rows = kRows > 1 && plan.chunks == 1 && plan.passes == 1 && plan.vec_x &&
+                                 a.L % row_ept<T>() == 0 && groups <= 65535 && a.C <= INT32_MAX;
+            const int64_t blocks = a.B * a.C * plan.chunks;
+            if constexpr (kRows > 1)
+                if (by_rows) {
+                    const dim3 grid((unsigned)a.C, (unsigned)groups);
+                    row_fwd_direct_grouped<T, KB, kRows><<<grid, threads>>>(a, plan.vec_y);
+                }
+            if (!by_rows) {
+                if (blocks > INT32_MAX) return too_large(a);
+                row_fwd_direct<T, KB><<<(unsigned)blocks, threads>>>(a, plan);
+            }
         }
     } else if (streams_take<T, stream_forward_cpt<T, KB>()>(a, in->x, NULL, out)) {
         stream_plan plan = make_stream_plan<T, stream_forward_cpt<T, KB>()>(a);
