@@ -720,7 +720,7 @@ template <int KB> constexpr int grouped_forward_min_blocks() { return KB <= 4 ? 
 // first row: the division, 64-bit arithmetic per tap, the loads. With this grid, the taps
 // loaded by one stepped pointer (load_taps) and the halo by aligned_left_halo, the forward
 // measured 30.2–30.5 → 29.2–29.8 µs at bf16 K = 4 and 35.0–35.7 → 31.7–33.5 at K = 8
-// (8×1536×2048, 32×768×1024; bench/NOTES.md, v28).
+// (8×1536×2048, 32×768×1024; bench/NOTES.md, v29).
 template <typename T, int KB, int ROWS>
 __global__ void __launch_bounds__(kBlock, grouped_forward_min_blocks<KB>()) row_fwd_direct_grouped(conv_args a,
                                                                                                  bool vec_y)
@@ -2346,7 +2346,7 @@ int row_threads(int64_t L, int steps_per_thread)
 // bf16 K = 8 41.6 → 38.4 → 36.2 and 42.0 → 37.9 → 35.5 (8 rows: 35.5, 35.6); K = 4 31.9 → 30.4
 // → 31.6 and 31.8 → 30.4 → 31.6 (8 rows: 36.0, 37.2); K = 3 31.5 → 30.3 → 31.7. Four rows
 // slowed bf16 K = 2 (30.1 → 31.3) and f32 K = 4 at 32×768×1024 (53.3 → 55.2). With the grid
-// and halo of row_fwd_direct_grouped (v28), 4 rows at K = 3 and 4 again lost: 29.1–29.6 →
+// and halo of row_fwd_direct_grouped (v29), 4 rows at K = 3 and 4 again lost: 29.1–29.6 →
 // 31.1–31.4 µs at both sizes.
 template <typename T, int KB> constexpr int direct_forward_rows()
 {
