@@ -2614,15 +2614,12 @@ tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *fina
             const int64_t groups = (a.B + kRows - 1) / kRows; // the grid's y: at most 65535
             const bool by_rows = kRows > 1 && plan.chunks == 1 && plan.passes == 1 && plan.vec_x &&
                                  a.L % row_ept<T>() == 0 && groups <= 65535 && a.C <= INT32_MAX;
-            const int64_t blocks = a.B * a.C * plan.chunks;
-            if constexpr (kRows > 1)
-                if (by_rows) {
-                    const dim3 grid((unsigned)a.C, (unsigned)groups);
-                    row_fwd_direct_grouped<T, KB, kRows><<<grid, threads>>>(a, plan.vec_y);
-                }
             if (!by_rows) {
+                const int64_t blocks = a.B * a.C * plan.chunks;
                 if (blocks > INT32_MAX) return too_large(a);
                 row_fwd_direct<T, KB><<<(unsigned)blocks, threads>>>(a, plan);
+            } else if constexpr (kRows > 1) { // compiled only where rows are grouped
+                row_fwd_direct_grouped<T, KB, kRows><<<dim3((unsigned)a.C, (unsigned)groups), threads>>>(a, plan.vec_y);
             }
         }
     } else if (streams_take<T, stream_forward_cpt<T, KB>()>(a, in->x, NULL, out)) {
