@@ -58,9 +58,12 @@ static const char *const layout_names[LAYOUT_COUNT] = {"cf", "cl"};
 typedef struct {
     const char *csv_path;
     bench_policy runs;
-    /* Filters (NULL or 0: all): one size, dtype, layout or width, e.g. to profile one row. */
-    const char *only_size, *only_dtype, *only_layout;
+    /* Filters (NULL or 0: all): one dtype, layout or width, e.g. to profile one row. */
+    const char *only_dtype, *only_layout;
     int64_t only_width;
+    /* --size: this one size instead of the table's (any B, C, L: also sizes outside it). */
+    bool one_size;
+    bench_size size;
 } bench_options;
 
 /* One (size, dtype, layout) case: the rotating sets, and the K-dependent parameters. */
@@ -277,12 +280,20 @@ static bool bench_case_rows(tg_tape *tape, tg_rng *rng, bench_size s, tg_dtype d
 
 /* ---- main ------------------------------------------------------------------------------------------ */
 
-static bool selected(const bench_options *o, bench_size s, tg_dtype dtype, bench_layout layout)
+static bool selected(const bench_options *o, tg_dtype dtype, bench_layout layout)
 {
-    char shape[48];
-    snprintf(shape, sizeof shape, "%lldx%lldx%lld", (long long)s.batch, (long long)s.channels, (long long)s.length);
-    return (!o->only_size || !strcmp(o->only_size, shape)) && (!o->only_dtype || !strcmp(o->only_dtype, tg_dtype_name(dtype))) &&
+    return (!o->only_dtype || !strcmp(o->only_dtype, tg_dtype_name(dtype))) &&
            (!o->only_layout || !strcmp(o->only_layout, layout_names[layout]));
+}
+
+/* "BxCxL" with each part positive. */
+static bool parse_size(const char *text, bench_size *s)
+{
+    long long b, c, l;
+    char tail;
+    if (sscanf(text, "%lldx%lldx%lld%c", &b, &c, &l, &tail) != 3 || b < 1 || c < 1 || l < 1) return false;
+    *s = (bench_size){b, c, l};
+    return true;
 }
 
 static void usage(void)
@@ -293,7 +304,8 @@ static void usage(void)
                     "  --runs N       timed runs per measurement (default 100)\n"
                     "  --budget-ms MS device time one measurement may take before it gets fewer runs\n"
                     "                 (default 1500; never fewer than 10 runs)\n"
-                    "  --size BxCxL, --dtype f32|bf16, --layout cf|cl, --width K (any K up to 16)\n"
+                    "  --size BxCxL   this size instead of the table's three (any size)\n"
+                    "  --dtype f32|bf16, --layout cf|cl, --width K (any K up to 16)\n"
                     "                 run only the matching rows (e.g. under a profiler)\n");
 }
 
@@ -311,7 +323,8 @@ static bool parse_options(int argc, char **argv, bench_options *o)
             if (o->runs.max_runs < 1 || o->runs.max_runs > BENCH_MAX_RUNS) return false;
             if (o->runs.min_runs > o->runs.max_runs) o->runs.min_runs = o->runs.max_runs;
         } else if (!strcmp(argv[i], "--size") && has_value) {
-            o->only_size = argv[++i];
+            if (!parse_size(argv[++i], &o->size)) return false;
+            o->one_size = true;
         } else if (!strcmp(argv[i], "--dtype") && has_value) {
             o->only_dtype = argv[++i];
         } else if (!strcmp(argv[i], "--layout") && has_value) {
@@ -377,11 +390,13 @@ int main(int argc, char **argv)
 
     bool device_ok = isfinite(copy_gbps);
     int failed_rows = 0;
-    for (int si = 0; device_ok && si < COUNT_OF(bench_sizes); si++)
+    const bench_size *sizes = o.one_size ? &o.size : bench_sizes;
+    const int size_count = o.one_size ? 1 : COUNT_OF(bench_sizes);
+    for (int si = 0; device_ok && si < size_count; si++)
         for (int di = 0; device_ok && di < COUNT_OF(bench_dtypes); di++)
             for (int li = 0; device_ok && li < LAYOUT_COUNT; li++) {
-                if (!selected(&o, bench_sizes[si], bench_dtypes[di], (bench_layout)li)) continue;
-                device_ok = bench_case_rows(tape, &rng, bench_sizes[si], bench_dtypes[di], (bench_layout)li,
+                if (!selected(&o, bench_dtypes[di], (bench_layout)li)) continue;
+                device_ok = bench_case_rows(tape, &rng, sizes[si], bench_dtypes[di], (bench_layout)li,
                                             (size_t)prop.l2CacheSize, copy_gbps, host, &o, csv, &failed_rows);
                 tg_tape_reset(tape);
                 tg_memory_empty_cache();

@@ -21,6 +21,8 @@
 #   gpu-to-ourselves         waits until no other process uses the GPU (fails after 60 s: the
 #                            timings after it are then not to be trusted)
 #   bench                    build/bench/conv1d_bench --csv $OUT/tapegrad.csv
+#   bench-short-rows         the same at 128x768x256, channel-first (rows shorter than a warp's
+#                            steps, which go side by side): --csv $OUT/short-rows.csv
 #   scan-bench               build/bench/scan_bench (CSV lines also in $OUT/scan.csv)
 #   mamba-memory             build/bench/mamba_memory --device cuda (B 8, L 2048, d_model 768)
 #   scan-peers               python3 bench/scan_peers.py (CSV lines also in $OUT/scan_peers.csv)
@@ -193,11 +195,14 @@ else
 fi
 
 # ---- benchmarks ---------------------------------------------------------------------------------------
-rm -f "$OUT/tapegrad.csv" "$OUT/peers.csv"
+rm -f "$OUT/tapegrad.csv" "$OUT/short-rows.csv" "$OUT/peers.csv"
 run_step gpu-to-ourselves 70 bash -c "$(declare -f gpu_to_ourselves); gpu_to_ourselves"
 if [ -x build/bench/conv1d_bench ]; then
     # shellcheck disable=SC2086 # BENCH_ARGS is a list of options, e.g. "--runs 30"
     run_step bench "$(limit_for 240 "$PEERS_RESERVE")" build/bench/conv1d_bench --csv "$OUT/tapegrad.csv" ${BENCH_ARGS:-}
+    # shellcheck disable=SC2086
+    run_step bench-short-rows "$(limit_for 60 "$PEERS_RESERVE")" build/bench/conv1d_bench --size 128x768x256 \
+        --layout cf --csv "$OUT/short-rows.csv" ${BENCH_ARGS:-}
 else
     skip_step bench "build/bench/conv1d_bench not built"
 fi
@@ -233,7 +238,7 @@ fi
         esac
     done
     echo
-    python3 - "$OUT/tapegrad.csv" "$OUT/peers.csv" <<'PY'
+    python3 - "$OUT/tapegrad.csv" "$OUT/peers.csv" "$OUT/short-rows.csv" <<'PY'
 import csv, os, sys
 
 def read(path):
@@ -249,7 +254,7 @@ def num(row, key):
     except (KeyError, TypeError, ValueError):
         return "-"
 
-ours, peers = read(sys.argv[1]), read(sys.argv[2])
+ours, peers = read(sys.argv[1]) + read(sys.argv[3]), read(sys.argv[2])
 by_key = {(p["peer"], p["B"], p["C"], p["L"], p["dtype"], p["layout"], p["K"]): p for p in peers}
 if not ours:
     print("no tapegrad benchmark rows")
