@@ -247,6 +247,37 @@ Test(cuda_conv1d, rows_staged_whole)
     }
 }
 
+/* Rows shorter than a warp's steps (L a multiple of a thread's steps, under 256 in f32 and
+ * 512 in 16-bit data) go side by side, R rows to a block in the forward and to a span in the
+ * backward: B not a multiple of R leaves the last group short, several spans per block reuse
+ * its buffers, several blocks per channel sum their partials, at L = 8 (f32) or 16 (16-bit)
+ * a block holds up to 128 rows of one thread each, rows of 3 or 5 threads leave the last
+ * threads of a block idle and cross warps, and bf16 at K >= 5 takes the float backward.
+ * With initial states the forward still goes side by side (the backward then one row to a
+ * span). */
+Test(cuda_conv1d, short_rows_side_by_side)
+{
+    tt_require_cuda();
+    const conv_case cases[] = {
+        {50, 3, 256, 4, LAYOUT_CHANNEL_FIRST, TG_F32, true, true, false, true},
+        {33, 4, 1024, 4, LAYOUT_CHANNEL_FIRST, TG_BF16, true, true, false, true},
+        {7, 5, 512, 16, LAYOUT_CHANNEL_FIRST, TG_F16, false, true, false, true},
+        {9, 6, 96, 3, LAYOUT_CHANNEL_FIRST, TG_BF16, true, false, false, false},
+        {300, 2, 16, 2, LAYOUT_CHANNEL_FIRST, TG_BF16, true, true, false, true},
+        {260, 3, 8, 4, LAYOUT_CHANNEL_FIRST, TG_F32, true, true, false, true},
+        /* wide halos: fewer rows to a span, so the buffers fit 48 KB */
+        {200, 2, 16, 16, LAYOUT_CHANNEL_FIRST, TG_F16, true, true, false, true},
+        {150, 2, 8, 16, LAYOUT_CHANNEL_FIRST, TG_F32, true, true, false, true},
+        {45, 3, 48, 4, LAYOUT_CHANNEL_FIRST, TG_BF16, true, true, true, true},
+        {70, 2, 48, 3, LAYOUT_CHANNEL_FIRST, TG_BF16, false, true, false, true},
+        {33, 3, 40, 8, LAYOUT_CHANNEL_FIRST, TG_F32, true, true, false, true},
+        {20, 4, 128, 8, LAYOUT_CHANNEL_FIRST, TG_BF16, true, true, false, true},
+        {6, 3, 256, 16, LAYOUT_CHANNEL_FIRST, TG_BF16, true, true, true, true},
+        {40, 3, 64, 8, LAYOUT_CHANNEL_FIRST, TG_F16, true, true, true, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(cases[i]);
+}
+
 /* Short 16-bit rows (one pass of the direct forward): from K = 3 on a forward block takes 2
  * or 4 rows of its channel in turn when the rows are aligned and their length a multiple of
  * 16 steps, so B that is not a multiple of the group leaves the last group short; other rows
@@ -265,12 +296,13 @@ Test(cuda_conv1d, short_16bit_rows_in_groups)
 }
 
 /* The grouped forward's grid has a row of blocks per group of rows, at most 65535 of them:
- * 131070 rows of 2 to a block fill it, 131071 take the one-row path instead. */
+ * 131070 rows of 2 to a block fill it, 131071 take the one-row path instead (rows of a warp's
+ * steps, 512 in 16-bit data: shorter ones go side by side). */
 Test(cuda_conv1d, grouped_forward_at_the_grid_limit)
 {
     tt_require_cuda();
-    check_case((conv_case){131070, 1, 16, 4, LAYOUT_CHANNEL_FIRST, TG_BF16, true, true, true, false});
-    check_case((conv_case){131071, 1, 16, 3, LAYOUT_CHANNEL_FIRST, TG_BF16, true, true, false, true});
+    check_case((conv_case){131070, 1, 512, 4, LAYOUT_CHANNEL_FIRST, TG_BF16, true, true, true, false});
+    check_case((conv_case){131071, 1, 512, 3, LAYOUT_CHANNEL_FIRST, TG_BF16, true, true, false, true});
 }
 
 /* The kernels read the taps through the weight's strides: a transposed weight (strides 1, C)

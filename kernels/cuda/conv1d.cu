@@ -8,7 +8,8 @@
 // Three kernel shapes, each one launch for the main work:
 //   row kernels (channel-first: stride 1 along L): a block walks a chunk of one (b, c) row;
 //     each thread owns EPT consecutive steps loaded as 16-byte vectors and takes the K−1
-//     steps around them from its neighbouring lanes. Coalesced along L.
+//     steps around them from its neighbouring lanes. Coalesced along L. Rows shorter than
+//     a warp's steps go several to a block, side by side.
 //   stream kernels (channel-last, C a multiple of 16 bytes, aligned): a warp takes 32 to 128
 //     neighbouring channels and walks a segment of up to 256 steps in order, the steps
 //     arriving through a per-warp ring in shared memory; each thread keeps its window of x
@@ -326,6 +327,14 @@ struct row_plan {
     int chunk_len;  // steps of one span (threads · EPT)
     int passes;     // spans per block (the channel's last block may have fewer)
     int64_t spans;  // spans per row
+    // Rows side by side (the backward's SIDE_BY_SIDE kernels, whole rows only): a span holds
+    // rows b … b + R − 1 of its channel, L steps each (chunk_len = R · L), and the channel's
+    // list has ⌈B / R⌉ items. 1 otherwise.
+    int rows_per_span;
+    int items; // list items per channel: B · spans, or ⌈B / rows_per_span⌉
+    // The side-by-side backward's buffers (backward_stage): a row's slot pitch, x's and dout's
+    // lengths, worked out here, once, rather than in every block.
+    int slot_pitch, x_len, dout_len;
     bool vec_x, vec_y, vec_dx; // rows 16-byte aligned: bulk copies and vector stores allowed
     // Spans inner_first … inner_last of every row have all they stage (halos included) inside
     // whole vectors of aligned rows: each is one bulk copy per tensor, with no edges to write.
@@ -352,9 +361,12 @@ template <typename T, int KB> struct row_shape {
     static constexpr int EPT = row_ept<T>();
     static constexpr int HV = (KB - 1 + V - 1) / V; // halo vectors (at least K−1 steps) on a side
     static constexpr int H = HV * V;                 // halo steps on a side
-    // Shared memory of the staged backward for spans of ch steps: x over [t0 − H, t0 + ch + H)
-    // and dout over [t0, t0 + ch + H), `stages` of each.
-    static size_t backward_bytes(int ch, int stages) { return stages * (size_t)(2 * ch + 3 * H) * sizeof(T); }
+    // Shared memory of the staged backward for spans of ch steps in `rows` slots: per stage,
+    // row_plan's x_len + dout_len (backward_stage's layout).
+    static size_t backward_bytes(int ch, int stages, int rows = 1)
+    {
+        return stages * (size_t)(2 * ch + (2 * rows + 1) * H) * sizeof(T);
+    }
 };
 
 // The backward's staged spans, in dynamic shared memory sized to the plan's spans (row_shape):
@@ -362,13 +374,15 @@ template <typename T, int KB> struct row_shape {
 // many of those blocks an SM holds (at L = 1024, 9 blocks of 64 threads instead of 16).
 extern __shared__ uint4 row_stage_memory[];
 
-// One span of a channel's list: row b, steps from index · chunk_len. Walked in order, so
-// the next one is found without a division.
+// One span of a channel's list: row b (and with rows side by side the rows after it), steps
+// from index · chunk_len. Walked in order, so the next one is found without a division.
+// `rows` is plan.rows_per_span, or the constant 1 where the kernel takes one row to a span.
 struct row_span {
     int b, index; // index: the span within its row (B · spans fits an int: fits_row_grid)
-    __device__ void advance(int spans)
+    __device__ row_span(int spans, int rows, int item) : b(item / spans * rows), index(item % spans) {}
+    __device__ void advance(int spans, int rows)
     {
-        if (++index == spans) index = 0, b++;
+        if (++index == spans) index = 0, b += rows;
     }
 };
 
@@ -378,7 +392,7 @@ struct row_run {
     int first, count;
 };
 
-__device__ inline row_run row_run_of(const conv_args &a, const row_plan &plan)
+template <bool SIDE_BY_SIDE = false> __device__ inline row_run row_run_of(const conv_args &a, const row_plan &plan)
 {
     row_run r;
     // 32-bit: the grid fits an int (fits_row_grid), and a 64-bit division is a long
@@ -387,7 +401,7 @@ __device__ inline row_run row_run_of(const conv_args &a, const row_plan &plan)
     r.c = blockIdx.x / chunks;
     r.block_in_channel = blockIdx.x % chunks;
     r.first = (int)r.block_in_channel * plan.passes;
-    const int left = (int)(a.B * plan.spans) - r.first;
+    const int left = (SIDE_BY_SIDE ? plan.items : (int)(a.B * plan.spans)) - r.first;
     r.count = left < plan.passes ? left : plan.passes;
     return r;
 }
@@ -518,23 +532,27 @@ __device__ inline void store_row(T *row, bool vec_ok, int64_t L, int64_t t0, con
 // copies counted on ready[buffer]), compute(span, buffer) works on a staged one; setup() runs
 // while the first spans are in flight. Each buffer's barrier completes one phase per use, so
 // a buffer's uses wait for parity 0, 1, 0, …
-template <int STAGES, typename Stage, typename Setup, typename Compute>
+//   The spans' bulk copies are issued by thread 0, or with rows side by side by one thread per
+// row (backward_stage); each issuer arrives on the span's barrier after its copies, so the
+// barrier's phase cannot complete before every copy has announced its bytes.
+template <int STAGES, bool SIDE_BY_SIDE = false, typename Stage, typename Setup, typename Compute>
 __device__ inline void walk_spans(const row_run &run, const row_plan &plan, uint64_t (&ready)[STAGES], Stage stage,
                                   Setup setup, Compute compute)
 {
-    const int spans = (int)plan.spans;
-    row_span current = {run.first / spans, run.first % spans}, ahead = current;
+    const int spans = (int)plan.spans, rows = SIDE_BY_SIDE ? plan.rows_per_span : 1;
+    row_span current(spans, rows, run.first), ahead = current;
     int ahead_buffer = 0, staged = 0;
+    const unsigned issuers = SIDE_BY_SIDE && plan.stages_whole_rows() ? (unsigned)rows : 1u;
     auto stage_ahead = [&] {
-        if (threadIdx.x == 0) async_copies_follow();
+        if (threadIdx.x < issuers) async_copies_follow();
         stage(ahead, ahead_buffer);
-        if (threadIdx.x == 0) arrival_arrive(&ready[ahead_buffer]);
-        ahead.advance(spans);
+        if (threadIdx.x < issuers) arrival_arrive(&ready[ahead_buffer]);
+        ahead.advance(spans, rows);
         ahead_buffer = ahead_buffer + 1 == STAGES ? 0 : ahead_buffer + 1;
         staged++;
     };
     if (threadIdx.x == 0) {
-        for (int i = 0; i < STAGES; i++) arrival_barrier_init(&ready[i]);
+        for (int i = 0; i < STAGES; i++) arrival_barrier_init(&ready[i], issuers);
         arrival_barriers_published();
     }
     // Until the barrier after setup() only thread 0 arrives on the barriers. Yet the compiler
@@ -551,7 +569,7 @@ __device__ inline void walk_spans(const row_run &run, const row_plan &plan, uint
         if (staged < run.count) stage_ahead(); // into the buffer computed last pass
         arrival_wait(&ready[buffer], parity);
         compute(current, buffer);
-        current.advance(spans);
+        current.advance(spans, rows);
         if (++buffer == STAGES) buffer = 0, parity ^= 1;
         if (pass + 1 < run.count) __syncthreads(); // before this buffer is staged again; edges written
     }
@@ -598,8 +616,10 @@ __device__ inline void left_halo(const conv_args &a, const T *x, int64_t b, int6
 // start at a multiple of EPT, so the KB − 1 steps before lane 0's window are the previous
 // warp's last ones, and lane 0 takes them with one or two 16-byte loads instead of a load and
 // a branch per step (each load waited for before the next: at K = 8 seven in a row, per row).
-// A thread past the row's end loads nothing (it stores nothing).
-template <typename T, int KB, int EPT>
+// A thread past the row's end loads nothing (it stores nothing). With ROWS_IN_WARP a warp
+// holds several rows (row_fwd_side_by_side): a thread at a row's first step takes the
+// history (or zeros) instead of the previous lane's steps, which belong to another row.
+template <typename T, int KB, int EPT, bool ROWS_IN_WARP = false>
 __device__ inline void aligned_left_halo(const conv_args &a, const T *x, int64_t b, int64_t c, int64_t t0,
                                          const float *body, float *halo)
 {
@@ -607,7 +627,8 @@ __device__ inline void aligned_left_halo(const conv_args &a, const T *x, int64_t
     static_assert(KB - 1 <= EPT, "the halo lies in the previous lane's window");
 #pragma unroll
     for (int m = 1; m < KB; m++) halo[KB - 1 - m] = __shfl_up_sync(0xffffffffu, body[EPT - m], 1);
-    if (threadIdx.x % 32 != 0 || t0 >= a.L) return;
+    const bool own_halo = threadIdx.x % 32 == 0 || (ROWS_IN_WARP && t0 == 0);
+    if (!own_halo || t0 >= a.L) return;
     if (t0 >= NV * V) {
         float before[NV * V]; // x[t0 − NV·V] … x[t0 − 1]
 #pragma unroll
@@ -729,6 +750,38 @@ __global__ void __launch_bounds__(kBlock, grouped_forward_min_blocks<KB>()) row_
     float wl[KB];
     const float bias = load_taps<T, KB>(a, c, wl);
     row_fwd_direct_rows<T, KB, ROWS>(a, vec_y, first_b, c, wl, bias);
+}
+
+// Rows shorter than a warp's steps (forward_rows_side_by_side): one row per block would leave
+// lanes idle (bf16 at L = 256: 16 of 32), and rows in turn (row_fwd_direct_grouped) leave
+// them idle too. Here a block takes `rows` rows of its channel side by side, L / EPT threads
+// each, all at once; threads past them (the block is whole warps) or past B compute nothing.
+// On a C × ⌈B / rows⌉ grid. At 128×768×256 bf16 the forward went 64.8 → 30.4 µs at K = 2
+// (one row per block before), 41.8 → 31.8 at K = 3 and 45.2 → 32.3 at K = 4 (two rows in
+// turn), 58.4 → 42.7 at K = 8 (four); bench/NOTES.md, v30.
+template <typename T, int KB>
+__global__ void __launch_bounds__(kBlock, grouped_forward_min_blocks<KB>()) row_fwd_side_by_side(conv_args a, int rows,
+                                                                                                bool vec_y)
+{
+    constexpr int EPT = row_ept<T>(), V = vec_width<T>();
+    const int64_t c = blockIdx.x;
+    const int row_threads = (int)a.L / EPT, slot = (int)threadIdx.x / row_threads;
+    const int64_t b = (int64_t)blockIdx.y * rows + slot;
+    const bool active = slot < rows && b < a.B;
+    // An idle thread takes steps past the row's end: it loads and stores nothing.
+    const int64_t t0 = active ? (int64_t)(threadIdx.x - slot * row_threads) * EPT : a.L;
+    float wl[KB];
+    const float bias = load_taps<T, KB>(a, c, wl);
+    const T *x = row_of<T>(a.x, active ? b : 0, c);
+    float win[KB - 1 + EPT]; // x[t0 − (KB−1)] … x[t0 + EPT − 1]
+    if (active)
+#pragma unroll
+        for (int q = 0; q < EPT / V; q++) unpack16<T>(*(const uint4 *)(x + t0 + q * V), win + KB - 1 + q * V);
+    aligned_left_halo<T, KB, EPT, true>(a, x, b, c, t0, win + KB - 1, win);
+    if (!active) return;
+    float out[EPT];
+    forward_window<KB, EPT>(wl, bias, win, a.silu, out);
+    store_row<T, EPT>(row_of<T>(a.y, b, c), vec_y, a.L, t0, out);
 }
 
 // ---- bf16 on tensor cores --------------------------------------------------------
@@ -1234,7 +1287,7 @@ __device__ inline void walk_spans_pipelined(const row_run &run, const row_plan &
                                             Stage stage, Setup setup, Compute compute)
 {
     const int spans = (int)plan.spans;
-    row_span current = {run.first / spans, run.first % spans}, ahead = current;
+    row_span current(spans, 1, run.first), ahead = current;
     int staged = 0; // thread 0's count of spans staged
     auto stage_ahead = [&] {
         const int buffer = staged % kForwardStages, use = staged / kForwardStages;
@@ -1242,7 +1295,7 @@ __device__ inline void walk_spans_pipelined(const row_run &run, const row_plan &
         async_copies_follow();
         stage(ahead, buffer);
         arrival_arrive(&ready[buffer]);
-        ahead.advance(spans);
+        ahead.advance(spans, 1);
         staged++;
     };
     if (threadIdx.x == 0) {
@@ -1261,7 +1314,7 @@ __device__ inline void walk_spans_pipelined(const row_run &run, const row_plan &
         arrival_wait(&ready[buffer], (pass / kForwardStages) & 1);
         compute(current, buffer);
         arrival_arrive(&consumed[buffer]);
-        current.advance(spans);
+        current.advance(spans, 1);
     }
 }
 
@@ -1355,40 +1408,70 @@ __device__ inline void write_block_sums(const conv_args &a, float (&partial)[N],
 
 // The backward's buffers and staging, shared by both backward kernels: x over
 // [t0 − H, t0 + ch + H) and dout over [t0, t0 + ch + H) of each span, STAGES of each.
-template <typename T, int KB, int STAGES> struct backward_stage {
+//   With rows side by side (SIDE_BY_SIDE, row_plan::rows_per_span = R) a span's R rows of L
+// steps lie in slots `pitch` = L + H apart, x's from H on and dout's from 0:
+//   x:    [H] [row 0] [H] [row 1] [H] … [row R−1] [H]
+//   dout: [row 0] [H] [row 1] [H] … [row R−1] [H]
+// so that row r's x over [−H, L + H) and dout over [0, L + H) are contiguous, the H zeros
+// between two rows serving as the one's right halo and the next one's left. The one-row
+// kernels are compiled without this (SIDE_BY_SIDE false): as one general form it measured
+// 1.1–1.3 µs slower fwd+bwd at 32×768×1024 bf16 (bench/NOTES.md, v30).
+template <typename T, int KB, int STAGES, bool SIDE_BY_SIDE = false> struct backward_stage {
     static constexpr int H = row_shape<T, KB>::H;
     const conv_args &a;
     const row_plan &plan;
     int64_t c;
-    int ch, xn, dn; // span, x and dout buffer lengths
+    int ch, pitch, xn, dn; // span, slot pitch (side by side), x and dout buffer lengths
     T *xs, *ds;
     uint64_t *ready;
     __device__ backward_stage(const conv_args &a_, const row_plan &plan_, int64_t c_, uint64_t *ready_)
-        : a(a_), plan(plan_), c(c_), ch(plan_.chunk_len), xn(ch + 2 * H), dn(ch + H), xs((T *)row_stage_memory),
-          ds(xs + STAGES * xn), ready(ready_)
+        : a(a_), plan(plan_), c(c_), ch(plan_.chunk_len), pitch(SIDE_BY_SIDE ? plan_.slot_pitch : 0),
+          xn(SIDE_BY_SIDE ? plan_.x_len : ch + 2 * H), dn(SIDE_BY_SIDE ? plan_.dout_len : ch + H),
+          xs((T *)row_stage_memory), ds(xs + STAGES * xn), ready(ready_)
     {
     }
     __device__ const T *x(int buf) const { return xs + buf * xn; } // from the span's first step − H
     __device__ const T *dout(int buf) const { return ds + buf * dn; } // from the span's first step
     // Once per block, before the first span is computed (visible after walk_spans' barrier):
-    // the zeros around each buffer's row when every span is a whole row.
+    // the zeros around each buffer's rows when every span is whole rows. Bulk copies never
+    // write there, so they stay for every span.
     __device__ void zero_row_edges() const
     {
         if (!plan.stages_whole_rows()) return;
         constexpr int V = vec_width<T>();
         const int L = (int)a.L; // ≤ ch: one span per row
-        const int x_before = H / V, x_after = (xn - H - L) / V, d_after = (dn - L) / V;
-        const int per_stage = x_before + x_after + d_after;
         // Counted from the last thread down: thread 0 is issuing the first spans' copies.
-        for (int e = blockDim.x - 1 - threadIdx.x; e < STAGES * per_stage; e += blockDim.x) {
-            const int buf = e / per_stage, k = e % per_stage;
-            T *at = k < x_before ? xs + buf * xn + k * V
-                    : k < x_before + x_after ? xs + buf * xn + H + L + (k - x_before) * V
-                                             : ds + buf * dn + L + (k - x_before - x_after) * V;
-            *(uint4 *)at = make_uint4(0, 0, 0, 0);
+        const int first = blockDim.x - 1 - threadIdx.x;
+        if constexpr (SIDE_BY_SIDE) { // H before the first row, H after every row in both
+            constexpr int G = H / V;  // vectors of one gap
+            const int per_stage = G + 2 * G * plan.rows_per_span;
+            for (int e = first; e < STAGES * per_stage; e += blockDim.x) {
+                const int buf = e / per_stage, k = e % per_stage - G;
+                T *at = k < 0 ? xs + buf * xn + (k + G) * V
+                        : k < G * plan.rows_per_span ? xs + buf * xn + (k / G + 1) * pitch + k % G * V
+                                                     : ds + buf * dn + (k / G - plan.rows_per_span) * pitch + L + k % G * V;
+                *(uint4 *)at = make_uint4(0, 0, 0, 0);
+            }
+        } else { // H before the row, the rest of x's and dout's buffers after it
+            const int x_before = H / V, x_after = (xn - H - L) / V, d_after = (dn - L) / V;
+            const int per_stage = x_before + x_after + d_after;
+            for (int e = first; e < STAGES * per_stage; e += blockDim.x) {
+                const int buf = e / per_stage, k = e % per_stage;
+                T *at = k < x_before ? xs + buf * xn + k * V
+                        : k < x_before + x_after ? xs + buf * xn + H + L + (k - x_before) * V
+                                                 : ds + buf * dn + L + (k - x_before - x_after) * V;
+                *(uint4 *)at = make_uint4(0, 0, 0, 0);
+            }
         }
     }
     __device__ void operator()(row_span span, int buf) const
+    {
+        if constexpr (SIDE_BY_SIDE) stage_rows(span, buf);
+        else stage_one_row(span, buf);
+    }
+
+  private:
+    __device__ void stage_one_row(row_span span, int buf) const
     {
         const int64_t base = (int64_t)span.index * ch;
         if (plan.stages_whole_rows()) { // row b's steps 0 … L − 1 only; the zeros are in place
@@ -1409,13 +1492,34 @@ template <typename T, int KB, int STAGES> struct backward_stage {
         stage_span<T, true>(a, a.x, plan.vec_x, span.b, c, base - H, xn, xs + buf * xn, &ready[buf]);
         stage_span<T, false>(a, a.y, plan.vec_y, span.b, c, base, dn, ds + buf * dn, &ready[buf]);
     }
+    // Rows b … b + R − 1 (those before B), steps 0 … L − 1 of each; the zeros are in place.
+    // Thread r copies row r (one instruction for the R threads, where a loop in thread 0 cost
+    // the kernel registers); walk_spans counts them as the span's issuers.
+    __device__ void stage_rows(row_span span, int buf) const
+    {
+#if TG_BULK_COPY
+        const int r = (int)threadIdx.x;
+        if (r < plan.rows_per_span && span.b + r < a.B) {
+            const unsigned bytes = (unsigned)(a.L * sizeof(T));
+            bulk_copy_to_shared(xs + buf * xn + r * pitch + H, row_of<T>(a.x, span.b + r, c), bytes, &ready[buf]);
+            bulk_copy_to_shared(ds + buf * dn + r * pitch, row_of<T>(a.y, span.b + r, c), bytes, &ready[buf]);
+        }
+#else // built for an older GPU: the threads stage each row and its zeros as a span
+        for (int r = 0; r < plan.rows_per_span && span.b + r < a.B; r++) {
+            stage_span<T, true>(a, a.x, plan.vec_x, span.b + r, c, -H, pitch + H, xs + buf * xn + r * pitch, &ready[buf]);
+            stage_span<T, false>(a, a.y, plan.vec_y, span.b + r, c, 0, pitch, ds + buf * dn + r * pitch, &ready[buf]);
+        }
+#endif
+    }
 };
 
 // The last K−1 steps also get the final states' gradient: dfinal[j] is x[L − (K−1) + j]'s.
 __device__ inline int64_t final_states_from(const conv_args &a) { return a.dfinal.p ? a.L - (a.K - 1) : a.L; }
 
 // The float backward: each thread rebuilds z and g for its EPT steps and the K − 1 after them.
-template <typename T, int KB, bool SILU>
+// SIDE_BY_SIDE: spans of several whole rows (backward_stage), for rows shorter than a warp's
+// steps (rows_side_by_side).
+template <typename T, int KB, bool SILU, bool SIDE_BY_SIDE>
 __global__ void __launch_bounds__(kBlock) row_bwd(conv_args a, row_plan plan, float *ws)
 {
     next_kernel_may_start();
@@ -1423,10 +1527,22 @@ __global__ void __launch_bounds__(kBlock) row_bwd(conv_args a, row_plan plan, fl
     using S = row_shape<T, KB>;
     constexpr int EPT = S::EPT, H = S::H;
     __shared__ uint64_t ready[kStages];
-    const row_run run = row_run_of(a, plan);
+    const row_run run = row_run_of<SIDE_BY_SIDE>(a, plan);
     const int64_t c = run.c;
-    const backward_stage<T, KB, kStages> stage(a, plan, c, ready);
+    const backward_stage<T, KB, kStages, SIDE_BY_SIDE> stage(a, plan, c, ready);
     const int ch = plan.chunk_len, xn = stage.xn, dn = stage.dn;
+    // This thread's row in every span (backward_stage's slot), its first step there, and where
+    // that lies in the buffers (the same offset in x's, which start H steps earlier, and
+    // dout's). With one row to a span, the span's threads in order. Threads past the rows
+    // (the block is whole warps) take steps past the row's end: they compute nothing.
+    int slot = 0, slot_thread = (int)threadIdx.x;
+    if constexpr (SIDE_BY_SIDE) {
+        const int slot_threads = (int)a.L / EPT;
+        const bool in_slots = (int)threadIdx.x < plan.rows_per_span * slot_threads;
+        slot = in_slots ? (int)threadIdx.x / slot_threads : 0;
+        slot_thread = in_slots ? (int)threadIdx.x - slot * slot_threads : slot_threads;
+    }
+    const int offset = slot * stage.pitch + slot_thread * EPT;
     const T *const xs = stage.xs, *const ds = stage.ds;
     const int64_t final_from = final_states_from(a);
     float wl[KB]; // taps and bias scaled by −log2 e (scaled_activation_slope)
@@ -1435,13 +1551,13 @@ __global__ void __launch_bounds__(kBlock) row_bwd(conv_args a, row_plan plan, fl
 #pragma unroll
     for (int i = 0; i <= KB; i++) partial[i] = 0.0f;
     auto compute = [&](row_span span, int buf) {
-        const int64_t b = span.b, t0 = (int64_t)span.index * ch + (int64_t)threadIdx.x * EPT;
-        if (t0 >= a.L) return;
+        const int64_t b = span.b + slot, t0 = (int64_t)span.index * ch + (int64_t)slot_thread * EPT;
+        if (t0 >= a.L || (SIDE_BY_SIDE && b >= a.B)) return;
         // x over [t0 − H, t0 + EPT + H), of which xw = [t0 − (KB−1), t0 + EPT + KB − 1)
         float xv[EPT + 2 * H];
         float g[EPT + H]; // dout, then g, from t0; 0 past the end
-        read_shared<T, EPT + 2 * H>(xs + buf * xn + threadIdx.x * EPT, xv);
-        read_shared<T, EPT + H>(ds + buf * dn + threadIdx.x * EPT, g);
+        read_shared<T, EPT + 2 * H>(xs + buf * xn + offset, xv);
+        read_shared<T, EPT + H>(ds + buf * dn + offset, g);
         const float *xw = xv + H - (KB - 1);
 #pragma unroll
         for (int j = 0; j < EPT + KB - 1; j++) { // g·(−ln 2) = dout · act'(z)·(−ln 2), z rebuilt from x
@@ -1475,7 +1591,7 @@ __global__ void __launch_bounds__(kBlock) row_bwd(conv_args a, row_plan plan, fl
         stage.zero_row_edges();
         bias = load_scaled_taps<T, KB>(a, c, wl);
     };
-    walk_spans(run, plan, ready, stage, setup, compute);
+    walk_spans<kStages, SIDE_BY_SIDE>(run, plan, ready, stage, setup, compute);
 #pragma unroll
     for (int i = 0; i <= KB; i++) partial[i] *= -kLog2e;
     write_block_sums<KB + 1>(a, partial, ws, plan.chunks, run.block_in_channel, c);
@@ -2353,6 +2469,18 @@ template <typename T, int KB> constexpr int direct_forward_rows()
     return sizeof(T) != 2 || KB < 3 ? 1 : KB <= 4 ? 2 : 4;
 }
 
+// Rows for row_fwd_side_by_side: rows shorter than a warp's steps, of whole aligned vectors
+// (L a multiple of EPT), as many as make up a block of kBlock threads (at most B), when the
+// grid of C × ⌈B / rows⌉ fits and the halo lies in one lane's steps (f32 from K = 10 on: no);
+// else 0.
+template <typename T, int KB> int forward_rows_side_by_side(const conv_args &a, const tg_tensor *x)
+{
+    constexpr int EPT = row_ept<T>();
+    if (KB - 1 > EPT || a.L % EPT != 0 || a.L >= 32 * EPT || !rows_aligned(x, vec_width<T>()) || a.C > INT32_MAX) return 0;
+    const int64_t per_block = (int64_t)kBlock * EPT / a.L, rows = per_block < a.B ? per_block : a.B;
+    return (a.B + rows - 1) / rows <= 65535 ? (int)rows : 0;
+}
+
 // The direct forward's plan: chunk_len = threads · EPT steps per pass, at least 4 blocks per
 // (b, c) row, up to 4 passes each (chunks is then blocks per row, spans unused).
 template <typename T>
@@ -2398,17 +2526,26 @@ int row_passes_for_waves(int64_t items, int64_t C, int64_t resident)
 // the short sizes (8×1536×2048, 32×768×1024): a block's setup and first loads, not the partly
 // idle last wave, dominate there.
 //   The spans stage x from `halo` steps before the span to `right_halo` after it (dout, when
-// staged, from the span's start to at most as far).
+// staged, from the span's start to at most as far). `rows` > 1 puts that many whole rows in
+// a span (rows_side_by_side says when).
 template <typename T>
 row_plan make_row_plan(const conv_args &a, const tg_tensor *x, const tg_tensor *y, const tg_tensor *dx, int threads,
-                       int steps_per_thread, int halo, int right_halo, int64_t resident = 0)
+                       int steps_per_thread, int halo, int right_halo, int64_t resident = 0, int rows = 1)
 {
     constexpr int V = vec_width<T>();
     row_plan plan = {};
-    plan.chunk_len = threads * steps_per_thread;
-    plan.spans = (a.L + plan.chunk_len - 1) / plan.chunk_len;
-    const int64_t items = a.B * plan.spans; // per channel
-    plan.passes = row_passes_for_waves(items, a.C, resident);
+    plan.chunk_len = rows > 1 ? rows * (int)a.L : threads * steps_per_thread;
+    plan.rows_per_span = rows;
+    plan.slot_pitch = plan.chunk_len / rows + halo;
+    plan.x_len = rows * plan.slot_pitch + halo;
+    plan.dout_len = rows * plan.slot_pitch;
+    plan.spans = rows > 1 ? 1 : (a.L + plan.chunk_len - 1) / plan.chunk_len;
+    const int64_t items = rows > 1 ? (a.B + rows - 1) / rows : a.B * plan.spans; // per channel
+    plan.items = (int)(items < INT32_MAX ? items : INT32_MAX); // larger fails fits_row_grid
+    // Spans of rows side by side: up to 16 per block, so that a block takes more of its
+    // channel's rows (often all: no second kernel for the sums). At 128×768×256 bf16 K = 4,
+    // fwd+bwd 93.5–93.8 µs against 96.3–97.1 with 8 (bench/NOTES.md, v30).
+    plan.passes = rows > 1 ? (int)(items < 16 ? items : 16) : row_passes_for_waves(items, a.C, resident);
     plan.chunks = (items + plan.passes - 1) / plan.passes;
     plan.vec_x = rows_aligned(x, V);
     plan.vec_y = rows_aligned(y, V);
@@ -2607,6 +2744,13 @@ tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *fina
                 }
                 kernel<<<(unsigned)(a.C * plan.chunks), threads>>>(a, plan);
             }
+        } else if (const int rows = forward_rows_side_by_side<T, KB>(a, in->x)) {
+            if constexpr (KB - 1 <= row_ept<T>()) {
+                const int64_t groups = (a.B + rows - 1) / rows;
+                const dim3 grid((unsigned)a.C, (unsigned)groups);
+                row_fwd_side_by_side<T, KB><<<grid, row_threads(rows * a.L, row_ept<T>())>>>(a, rows,
+                                                                                             rows_aligned(out, vec_width<T>()));
+            }
         } else {
             row_plan plan = make_row_fwd_direct_plan<T>(a, in->x, out, threads);
             // Rows of one pass whose every thread loads whole vectors (row_fwd_direct_rows).
@@ -2639,6 +2783,27 @@ tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *fina
     return status;
 }
 
+// Whole rows side by side in one span of the float backward (row_plan::rows_per_span): rows
+// shorter than one warp's steps, which alone would leave lanes of their block idle (bf16 at
+// L = 256: 16 threads of a 32-thread block), when they fill whole threads (L a multiple of
+// the steps per thread) and are staged whole (row_plan::whole_rows). As many as make up a
+// block of kBlock threads, at most B, and few enough that the buffers stay within 32 KB (each
+// slot adds 2H steps: at K = 16 and L = 8, more than the row; a launch gets 48 KB of shared
+// memory in all without asking); else 1. At 128×768×256 bf16 K = 4 fwd+bwd went 127.3–127.4
+// → 93.5–93.8 µs with this alone (the backward 82 → 48 µs). Rows of a warp or more measured
+// faster one to a span: side by side, bf16 K = 3 went 75.1–75.2 → 76.1–76.4 µs at
+// 64×768×512 and 74.1–74.3 → 74.6–74.8 at 32×768×1024, f32 K = 4 146.4 → 152.5 at
+// 128×768×256 (bench/NOTES.md, v30).
+template <typename T, int KB> int rows_side_by_side(const conv_args &a, const tg_tensor *x, const tg_tensor *y)
+{
+    constexpr int V = vec_width<T>(), EPT = row_ept<T>();
+    const int64_t per_block = (int64_t)kBlock * EPT;
+    if (a.L % EPT != 0 || a.L >= 32 * EPT || a.init.p || !rows_aligned(x, V) || !rows_aligned(y, V)) return 1;
+    int rows = (int)(per_block / a.L < a.B ? per_block / a.L : a.B);
+    while (rows > 1 && row_shape<T, KB>::backward_bytes(rows * (int)a.L, kStages, rows) > 32 * 1024) rows--;
+    return rows;
+}
+
 // Blocks of `kernel` the whole GPU holds at once (0 when the runtime cannot say: the plans
 // then fall back to their fixed sizes).
 template <typename Kernel> int64_t resident_blocks(Kernel kernel, int threads, size_t shared)
@@ -2659,28 +2824,35 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
     const bool rows = time_contiguous(in->x) && time_contiguous(dout) && time_contiguous(dx);
     const bool streams = !rows && streams_take<T, stream_backward_cpt<T, KB>()>(a, in->x, dout, dx);
     int64_t parts;
-    constexpr bool kTensorCores = backward_on_tensor_cores<T, KB>();
-    constexpr int kStepsPerThread = kTensorCores ? kTensorCoreStepsPerThread : row_ept<T>();
-    constexpr int kSpanStages = kTensorCores ? kTensorCoreStages : kStages;
-    const int threads = row_threads(a.L, kStepsPerThread);
+    // Rows shorter than one warp's pass of the tensor-core backward (1024 steps) would leave
+    // most of its lanes idle: they take the float backward. bf16 K = 8 fwd+bwd, tensor cores
+    // against float: 268.4–268.8 → 103.5–104.1 µs at 128×768×256, 137.4–137.8 → 100.1–100.5
+    // at 64×768×512; at L = 1024 the tensor cores stay ahead, 81.8–82.0 against 96.5–96.7 µs
+    // (32×768×1024; bench/NOTES.md, v30).
+    const bool tensor_cores = backward_on_tensor_cores<T, KB>() && a.L >= 32 * kTensorCoreStepsPerThread;
+    const int steps_per_thread = tensor_cores ? kTensorCoreStepsPerThread : row_ept<T>();
+    const int span_stages = tensor_cores ? kTensorCoreStages : kStages;
+    const int span_rows = tensor_cores ? 1 : rows_side_by_side<T, KB>(a, in->x, dout);
+    const int threads = row_threads(span_rows * a.L, steps_per_thread);
+    const int span_len = span_rows > 1 ? span_rows * (int)a.L : threads * steps_per_thread;
     row_plan rplan = {};
     stream_plan splan = {};
     tile_plan tplan = {};
     void (*row_kernel)(conv_args, row_plan, float *) = NULL;
-    const size_t row_shared = row_shape<T, KB>::backward_bytes(threads * kStepsPerThread, kSpanStages); // span buffers
+    const size_t row_shared = row_shape<T, KB>::backward_bytes(span_len, span_stages, span_rows); // span buffers
     if (rows) {
-        if constexpr (kTensorCores)
-            row_kernel = a.silu ? row_bwd_tensor_cores<T, KB, true> : row_bwd_tensor_cores<T, KB, false>;
-        else
-            row_kernel = a.silu ? row_bwd<T, KB, true> : row_bwd<T, KB, false>;
+        if (span_rows > 1) row_kernel = a.silu ? row_bwd<T, KB, true, true> : row_bwd<T, KB, false, true>;
+        else row_kernel = a.silu ? row_bwd<T, KB, true, false> : row_bwd<T, KB, false, false>;
+        if constexpr (backward_on_tensor_cores<T, KB>())
+            if (tensor_cores) row_kernel = a.silu ? row_bwd_tensor_cores<T, KB, true> : row_bwd_tensor_cores<T, KB, false>;
         // The tensor-core backward's blocks end with costly partial sums: its grid fills whole
         // waves with long blocks (K = 8, 512 steps per warp pass then: fwd+bwd 1177 → 1127 µs).
         // The float backward measured slower that way (bf16 K = 4 1002 → 1032 µs, f32 1948 →
         // 1975): 8 spans per block.
         int64_t resident = 0;
-        if constexpr (kTensorCores) resident = resident_blocks(row_kernel, threads, row_shared);
-        rplan = make_row_plan<T>(a, in->x, dout, dx, threads, kStepsPerThread, row_shape<T, KB>::H, row_shape<T, KB>::H,
-                                 resident);
+        if (tensor_cores) resident = resident_blocks(row_kernel, threads, row_shared);
+        rplan = make_row_plan<T>(a, in->x, dout, dx, threads, steps_per_thread, row_shape<T, KB>::H, row_shape<T, KB>::H,
+                                 resident, span_rows);
         parts = rplan.chunks;
         if (!fits_row_grid(a, rplan)) return too_large(a);
     } else if (streams) {
