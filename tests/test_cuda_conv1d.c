@@ -250,18 +250,18 @@ Test(cuda_conv1d, rows_staged_whole)
 /* Rows shorter than a warp's steps (L a multiple of a thread's steps, under 256 in f32 and
  * 512 in 16-bit data) go side by side, R rows to a block in the forward and to a span in the
  * backward: B not a multiple of R leaves the last group short, several spans per block reuse
- * its buffers, several blocks per channel sum their partials, at L = 8 (f32) or 16 (16-bit)
- * a block holds up to 128 rows of one thread each, rows of 3 or 5 threads leave the last
- * threads of a block idle and cross warps, and bf16 at K >= 5 takes the float backward.
- * With initial states the forward still goes side by side (the backward then one row to a
- * span). */
+ * its buffers, several blocks per channel sum their partials (150 rows of 256 steps: 19 spans
+ * of 8 rows), at L = 8 (f32) or 16 (16-bit) a block holds up to 128 rows of one thread each,
+ * rows of 3 or 5 threads leave the last threads of a block idle and cross warps, and bf16 at
+ * K >= 5 takes the float backward. With initial states the forward still goes side by side
+ * (the backward then one row to a span). Rows of a warp's steps or more stay one to a span. */
 Test(cuda_conv1d, short_rows_side_by_side)
 {
     tt_require_cuda();
     const conv_case cases[] = {
-        {50, 3, 256, 4, LAYOUT_CHANNEL_FIRST, TG_F32, true, true, false, true},
-        {33, 4, 1024, 4, LAYOUT_CHANNEL_FIRST, TG_BF16, true, true, false, true},
-        {7, 5, 512, 16, LAYOUT_CHANNEL_FIRST, TG_F16, false, true, false, true},
+        {50, 3, 128, 4, LAYOUT_CHANNEL_FIRST, TG_F32, true, true, false, true},
+        {150, 4, 256, 4, LAYOUT_CHANNEL_FIRST, TG_BF16, true, true, false, true},
+        {7, 5, 256, 16, LAYOUT_CHANNEL_FIRST, TG_F16, false, true, false, true},
         {9, 6, 96, 3, LAYOUT_CHANNEL_FIRST, TG_BF16, true, false, false, false},
         {300, 2, 16, 2, LAYOUT_CHANNEL_FIRST, TG_BF16, true, true, false, true},
         {260, 3, 8, 4, LAYOUT_CHANNEL_FIRST, TG_F32, true, true, false, true},
@@ -274,6 +274,10 @@ Test(cuda_conv1d, short_rows_side_by_side)
         {20, 4, 128, 8, LAYOUT_CHANNEL_FIRST, TG_BF16, true, true, false, true},
         {6, 3, 256, 16, LAYOUT_CHANNEL_FIRST, TG_BF16, true, true, true, true},
         {40, 3, 64, 8, LAYOUT_CHANNEL_FIRST, TG_F16, true, true, true, false},
+        /* a warp's steps or more: one row to a span */
+        {50, 3, 256, 4, LAYOUT_CHANNEL_FIRST, TG_F32, true, true, false, true},
+        {33, 4, 1024, 4, LAYOUT_CHANNEL_FIRST, TG_BF16, true, true, false, true},
+        {7, 5, 512, 16, LAYOUT_CHANNEL_FIRST, TG_F16, false, true, false, true},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(cases[i]);
 }
