@@ -331,10 +331,6 @@ struct row_plan {
     // rows b … b + R − 1 of its channel, L steps each (chunk_len = R · L), and the channel's
     // list has ⌈B / R⌉ items. 1 otherwise.
     int rows_per_span;
-    int items; // list items per channel: B · spans, or ⌈B / rows_per_span⌉
-    // The side-by-side backward's buffers (backward_stage): a row's slot pitch, x's and dout's
-    // lengths, worked out here, once, rather than in every block.
-    int slot_pitch, x_len, dout_len;
     bool vec_x, vec_y, vec_dx; // rows 16-byte aligned: bulk copies and vector stores allowed
     // Spans inner_first … inner_last of every row have all they stage (halos included) inside
     // whole vectors of aligned rows: each is one bulk copy per tensor, with no edges to write.
@@ -362,7 +358,7 @@ template <typename T, int KB> struct row_shape {
     static constexpr int HV = (KB - 1 + V - 1) / V; // halo vectors (at least K−1 steps) on a side
     static constexpr int H = HV * V;                 // halo steps on a side
     // Shared memory of the staged backward for spans of ch steps in `rows` slots: per stage,
-    // row_plan's x_len + dout_len (backward_stage's layout).
+    // backward_stage's xn + dn.
     static size_t backward_bytes(int ch, int stages, int rows = 1)
     {
         return stages * (size_t)(2 * ch + (2 * rows + 1) * H) * sizeof(T);
@@ -401,7 +397,8 @@ template <bool SIDE_BY_SIDE = false> __device__ inline row_run row_run_of(const 
     r.c = blockIdx.x / chunks;
     r.block_in_channel = blockIdx.x % chunks;
     r.first = (int)r.block_in_channel * plan.passes;
-    const int left = (SIDE_BY_SIDE ? plan.items : (int)(a.B * plan.spans)) - r.first;
+    const int items = SIDE_BY_SIDE ? (int)((a.B + plan.rows_per_span - 1) / plan.rows_per_span) : (int)(a.B * plan.spans);
+    const int left = items - r.first;
     r.count = left < plan.passes ? left : plan.passes;
     return r;
 }
@@ -752,6 +749,19 @@ __global__ void __launch_bounds__(kBlock, grouped_forward_min_blocks<KB>()) row_
     row_fwd_direct_rows<T, KB, ROWS>(a, vec_y, first_b, c, wl, bias);
 }
 
+// A thread's place among `rows` rows side by side in its block, L / EPT threads to a row: its
+// row and its first step there. A thread past the rows (the block is whole warps) gets row 0
+// and step L, past the row's end, so that it computes nothing.
+struct side_by_side_place {
+    int row, t0;
+};
+template <int EPT> __device__ inline side_by_side_place side_by_side_place_of(int64_t L, int rows)
+{
+    const int row_threads = (int)L / EPT, row = (int)threadIdx.x / row_threads;
+    if (row >= rows) return {0, (int)L};
+    return {row, ((int)threadIdx.x - row * row_threads) * EPT};
+}
+
 // Rows shorter than a warp's steps (forward_rows_side_by_side): one row per block would leave
 // lanes idle (bf16 at L = 256: 16 of 32), and rows in turn (row_fwd_direct_grouped) leave
 // them idle too. Here a block takes `rows` rows of its channel side by side, L / EPT threads
@@ -765,11 +775,11 @@ __global__ void __launch_bounds__(kBlock, grouped_forward_min_blocks<KB>()) row_
 {
     constexpr int EPT = row_ept<T>(), V = vec_width<T>();
     const int64_t c = blockIdx.x;
-    const int row_threads = (int)a.L / EPT, slot = (int)threadIdx.x / row_threads;
-    const int64_t b = (int64_t)blockIdx.y * rows + slot;
-    const bool active = slot < rows && b < a.B;
+    const side_by_side_place place = side_by_side_place_of<EPT>(a.L, rows);
+    const int64_t b = (int64_t)blockIdx.y * rows + place.row;
+    const bool active = place.t0 < a.L && b < a.B;
     // An idle thread takes steps past the row's end: it loads and stores nothing.
-    const int64_t t0 = active ? (int64_t)(threadIdx.x - slot * row_threads) * EPT : a.L;
+    const int64_t t0 = active ? place.t0 : a.L;
     float wl[KB];
     const float bias = load_taps<T, KB>(a, c, wl);
     const T *x = row_of<T>(a.x, active ? b : 0, c);
@@ -1425,8 +1435,9 @@ template <typename T, int KB, int STAGES, bool SIDE_BY_SIDE = false> struct back
     T *xs, *ds;
     uint64_t *ready;
     __device__ backward_stage(const conv_args &a_, const row_plan &plan_, int64_t c_, uint64_t *ready_)
-        : a(a_), plan(plan_), c(c_), ch(plan_.chunk_len), pitch(SIDE_BY_SIDE ? plan_.slot_pitch : 0),
-          xn(SIDE_BY_SIDE ? plan_.x_len : ch + 2 * H), dn(SIDE_BY_SIDE ? plan_.dout_len : ch + H),
+        : a(a_), plan(plan_), c(c_), ch(plan_.chunk_len), pitch(SIDE_BY_SIDE ? (int)a_.L + H : 0),
+          xn(SIDE_BY_SIDE ? plan_.rows_per_span * pitch + H : ch + 2 * H),
+          dn(SIDE_BY_SIDE ? plan_.rows_per_span * pitch : ch + H),
           xs((T *)row_stage_memory), ds(xs + STAGES * xn), ready(ready_)
     {
     }
@@ -1533,14 +1544,11 @@ __global__ void __launch_bounds__(kBlock) row_bwd(conv_args a, row_plan plan, fl
     const int ch = plan.chunk_len, xn = stage.xn, dn = stage.dn;
     // This thread's row in every span (backward_stage's slot), its first step there, and where
     // that lies in the buffers (the same offset in x's, which start H steps earlier, and
-    // dout's). With one row to a span, the span's threads in order. Threads past the rows
-    // (the block is whole warps) take steps past the row's end: they compute nothing.
+    // dout's). With one row to a span, the span's threads in order.
     int slot = 0, slot_thread = (int)threadIdx.x;
     if constexpr (SIDE_BY_SIDE) {
-        const int slot_threads = (int)a.L / EPT;
-        const bool in_slots = (int)threadIdx.x < plan.rows_per_span * slot_threads;
-        slot = in_slots ? (int)threadIdx.x / slot_threads : 0;
-        slot_thread = in_slots ? (int)threadIdx.x - slot * slot_threads : slot_threads;
+        const side_by_side_place place = side_by_side_place_of<EPT>(a.L, plan.rows_per_span);
+        slot = place.row, slot_thread = place.t0 / EPT;
     }
     const int offset = slot * stage.pitch + slot_thread * EPT;
     const T *const xs = stage.xs, *const ds = stage.ds;
@@ -2469,15 +2477,24 @@ template <typename T, int KB> constexpr int direct_forward_rows()
     return sizeof(T) != 2 || KB < 3 ? 1 : KB <= 4 ? 2 : 4;
 }
 
-// Rows for row_fwd_side_by_side: rows shorter than a warp's steps, of whole aligned vectors
-// (L a multiple of EPT), as many as make up a block of kBlock threads (at most B), when the
-// grid of C × ⌈B / rows⌉ fits and the halo lies in one lane's steps (f32 from K = 10 on: no);
-// else 0.
-template <typename T, int KB> int forward_rows_side_by_side(const conv_args &a, const tg_tensor *x)
+// Rows side by side in one block, for both passes: rows shorter than a warp's steps (alone
+// they would leave lanes of their block idle: bf16 at L = 256 fills 16 threads of 32), of
+// whole aligned vectors (L a multiple of EPT), as many as make up a block of kBlock threads
+// (at most B); 0 for rows that do not qualify.
+template <typename T> int64_t rows_to_a_block(const conv_args &a, const tg_tensor *x)
 {
     constexpr int EPT = row_ept<T>();
-    if (KB - 1 > EPT || a.L % EPT != 0 || a.L >= 32 * EPT || !rows_aligned(x, vec_width<T>()) || a.C > INT32_MAX) return 0;
-    const int64_t per_block = (int64_t)kBlock * EPT / a.L, rows = per_block < a.B ? per_block : a.B;
+    if (a.L % EPT != 0 || a.L >= 32 * EPT || !rows_aligned(x, vec_width<T>())) return 0;
+    const int64_t fit = (int64_t)kBlock * EPT / a.L;
+    return fit < a.B ? fit : a.B;
+}
+
+// Rows for row_fwd_side_by_side (rows_to_a_block), when the grid of C × ⌈B / rows⌉ fits and
+// the halo lies in one lane's steps (f32 from K = 10 on: no); else 0.
+template <typename T, int KB> int forward_rows_side_by_side(const conv_args &a, const tg_tensor *x)
+{
+    const int64_t rows = rows_to_a_block<T>(a, x);
+    if (KB - 1 > row_ept<T>() || rows == 0 || a.C > INT32_MAX) return 0;
     return (a.B + rows - 1) / rows <= 65535 ? (int)rows : 0;
 }
 
@@ -2536,12 +2553,8 @@ row_plan make_row_plan(const conv_args &a, const tg_tensor *x, const tg_tensor *
     row_plan plan = {};
     plan.chunk_len = rows > 1 ? rows * (int)a.L : threads * steps_per_thread;
     plan.rows_per_span = rows;
-    plan.slot_pitch = plan.chunk_len / rows + halo;
-    plan.x_len = rows * plan.slot_pitch + halo;
-    plan.dout_len = rows * plan.slot_pitch;
     plan.spans = rows > 1 ? 1 : (a.L + plan.chunk_len - 1) / plan.chunk_len;
     const int64_t items = rows > 1 ? (a.B + rows - 1) / rows : a.B * plan.spans; // per channel
-    plan.items = (int)(items < INT32_MAX ? items : INT32_MAX); // larger fails fits_row_grid
     // Spans of rows side by side: up to 16 per block, so that a block takes more of its
     // channel's rows (often all: no second kernel for the sums). At 128×768×256 bf16 K = 4,
     // fwd+bwd 93.5–93.8 µs against 96.3–97.1 with 8 (bench/NOTES.md, v30).
@@ -2783,23 +2796,19 @@ tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *fina
     return status;
 }
 
-// Whole rows side by side in one span of the float backward (row_plan::rows_per_span): rows
-// shorter than one warp's steps, which alone would leave lanes of their block idle (bf16 at
-// L = 256: 16 threads of a 32-thread block), when they fill whole threads (L a multiple of
-// the steps per thread) and are staged whole (row_plan::whole_rows). As many as make up a
-// block of kBlock threads, at most B, and few enough that the buffers stay within 32 KB (each
-// slot adds 2H steps: at K = 16 and L = 8, more than the row; a launch gets 48 KB of shared
-// memory in all without asking); else 1. At 128×768×256 bf16 K = 4 fwd+bwd went 127.3–127.4
-// → 93.5–93.8 µs with this alone (the backward 82 → 48 µs). Rows of a warp or more measured
+// Whole rows side by side in one span of the float backward (row_plan::rows_per_span): the
+// rows of rows_to_a_block when they are staged whole (row_plan::whole_rows: dout aligned too,
+// no initial states), cut until the buffers fit 32 KB (each slot adds 2H steps: at K = 16
+// and L = 8, more than the row; a launch gets 48 KB of shared memory in all without asking);
+// else 1. At 128×768×256 bf16 K = 4 fwd+bwd went 127.3–127.4 → 93.5–93.8 µs with this alone
+// (the backward 82 → 48 µs). Rows of a warp or more measured
 // faster one to a span: side by side, bf16 K = 3 went 75.1–75.2 → 76.1–76.4 µs at
 // 64×768×512 and 74.1–74.3 → 74.6–74.8 at 32×768×1024, f32 K = 4 146.4 → 152.5 at
 // 128×768×256 (bench/NOTES.md, v30).
 template <typename T, int KB> int rows_side_by_side(const conv_args &a, const tg_tensor *x, const tg_tensor *y)
 {
-    constexpr int V = vec_width<T>(), EPT = row_ept<T>();
-    const int64_t per_block = (int64_t)kBlock * EPT;
-    if (a.L % EPT != 0 || a.L >= 32 * EPT || a.init.p || !rows_aligned(x, V) || !rows_aligned(y, V)) return 1;
-    int rows = (int)(per_block / a.L < a.B ? per_block / a.L : a.B);
+    int rows = (int)rows_to_a_block<T>(a, x);
+    if (rows == 0 || a.init.p || !rows_aligned(y, vec_width<T>())) return 1;
     while (rows > 1 && row_shape<T, KB>::backward_bytes(rows * (int)a.L, kStages, rows) > 32 * 1024) rows--;
     return rows;
 }
