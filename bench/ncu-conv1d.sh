@@ -9,7 +9,10 @@
 # $OUT/ncu-<row>.txt (./gpu-out without OUT); a table of the numbers that matter for a
 # bandwidth-bound kernel (time, DRAM bytes and throughput, occupancy, issue activity,
 # registers, the top stall reasons) is printed last.
-# ROWS overrides the rows: "size dtype layout width" separated by ';'.
+# ROWS overrides the rows: "size dtype layout width" separated by ';'. CACHE_CONTROL=none
+# leaves the caches alone between profiled launches (ncu's default, all, flushes them and
+# leaves each kernel's write-back of its output out of its time: the short rows then look
+# faster than they run).
 set -u
 cd "$(dirname "$0")/.." || exit 2
 build=${1:-build}
@@ -21,14 +24,14 @@ if [ ! -x "$build/bench/conv1d_bench" ]; then
         { tail -30 "$OUT/ncu-build.log"; exit 1; }
 fi
 ROWS=${ROWS:-"16x1536x16384 bf16 cf 4;16x1536x16384 f32 cf 4;16x1536x16384 bf16 cl 4;8x1536x2048 bf16 cf 4"}
-METRICS=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,launch__occupancy_limit_registers,smsp__inst_executed.sum,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,lts__t_sectors_srcunit_tex_op_read.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio,smsp__average_warp_latency_issue_stalled_lg_throttle.ratio,smsp__average_warp_latency_issue_stalled_wait.ratio,smsp__average_warp_latency_issue_stalled_math_pipe_throttle.ratio,smsp__average_warp_latency_issue_stalled_barrier.ratio,smsp__average_warp_latency_issue_stalled_short_scoreboard.ratio,smsp__average_warp_latency_issue_stalled_not_selected.ratio,smsp__average_warp_latency_issue_stalled_selected.ratio,smsp__average_warp_latency_issue_stalled_drain.ratio,smsp__average_warp_latency_issue_stalled_mio_throttle.ratio,smsp__average_warp_latency_issue_stalled_no_instruction.ratio,smsp__average_warp_latency_issue_stalled_dispatch_stall.ratio
+METRICS=gpu__time_duration.sum,launch__grid_size,launch__block_size,launch__waves_per_multiprocessor,launch__occupancy_limit_shared_mem,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,launch__occupancy_limit_registers,smsp__inst_executed.sum,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,lts__t_sectors_srcunit_tex_op_read.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio,smsp__average_warp_latency_issue_stalled_lg_throttle.ratio,smsp__average_warp_latency_issue_stalled_wait.ratio,smsp__average_warp_latency_issue_stalled_math_pipe_throttle.ratio,smsp__average_warp_latency_issue_stalled_barrier.ratio,smsp__average_warp_latency_issue_stalled_short_scoreboard.ratio,smsp__average_warp_latency_issue_stalled_not_selected.ratio,smsp__average_warp_latency_issue_stalled_selected.ratio,smsp__average_warp_latency_issue_stalled_drain.ratio,smsp__average_warp_latency_issue_stalled_mio_throttle.ratio,smsp__average_warp_latency_issue_stalled_no_instruction.ratio,smsp__average_warp_latency_issue_stalled_dispatch_stall.ratio
 IFS=';' read -ra rows <<< "$ROWS"
 for row in "${rows[@]}"; do
     read -r size dtype layout width <<< "$row"
     name="$size-$dtype-$layout-k$width"
     # --quick: 1 warm-up + 5 runs of the forward (6 launches), then the forward+backward's
     # warm-up: forward, backward, partial sum. Skip the first 6, profile the next 3.
-    ncu --clock-control none -k 'regex:row_|tile_|stream_|sum_partials' --launch-skip 6 --launch-count 3 \
+    ncu --clock-control none --cache-control "${CACHE_CONTROL:-all}" -k 'regex:row_|tile_|stream_|sum_partials' --launch-skip 6 --launch-count 3 \
         --metrics "$METRICS" --csv --page raw \
         "$build/bench/conv1d_bench" --quick --size "$size" --dtype "$dtype" --layout "$layout" --width "$width" \
         > "$OUT/ncu-$name.csv" 2> "$OUT/ncu-$name.err" || { echo "ncu failed on $name"; tail -5 "$OUT/ncu-$name.err"; }
@@ -37,7 +40,9 @@ python3 - "$OUT" <<'PY'
 import csv, glob, os, sys
 out = sys.argv[1]
 short = {
-    'gpu__time_duration.sum': 'us', 'dram__bytes_read.sum': 'rd MB', 'dram__bytes_write.sum': 'wr MB',
+    'gpu__time_duration.sum': 'us', 'launch__grid_size': 'grid', 'launch__block_size': 'block',
+    'launch__waves_per_multiprocessor': 'waves', 'launch__occupancy_limit_shared_mem': 'smem-limit',
+    'dram__bytes_read.sum': 'rd MB', 'dram__bytes_write.sum': 'wr MB',
     'dram__throughput.avg.pct_of_peak_sustained_elapsed': 'dram%', 'sm__warps_active.avg.pct_of_peak_sustained_active': 'occ%',
     'smsp__issue_active.avg.pct_of_peak_sustained_active': 'issue%', 'launch__registers_per_thread': 'regs',
     'smsp__inst_executed.sum': 'Minstr', 'sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active': 'xu%',
