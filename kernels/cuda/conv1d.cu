@@ -346,6 +346,11 @@ struct row_plan {
     // fwd+bwd from 80.8 to 76.5 µs, 32×768×1024's from 85.4 to 79.8 (bench/NOTES.md, v26).
     bool whole_rows;
     __device__ bool stages_whole_rows() const { return TG_BULK_COPY && whole_rows; }
+    // The side-by-side list's items per channel, ⌈B / R⌉, worked out here: in the kernel the
+    // 64-bit division cost each block about a hundred instructions, and the 128×768×256 rows
+    // 0.6–1.2 µs (bench/NOTES.md). Last in the struct: ahead of the fields above, it changed
+    // how the one-row kernels load them.
+    int items;
 };
 
 // Spans a row kernel has staged or in flight at a time: the one being computed and the next
@@ -397,7 +402,7 @@ template <bool SIDE_BY_SIDE = false> __device__ inline row_run row_run_of(const 
     r.c = blockIdx.x / chunks;
     r.block_in_channel = blockIdx.x % chunks;
     r.first = (int)r.block_in_channel * plan.passes;
-    const int items = SIDE_BY_SIDE ? (int)((a.B + plan.rows_per_span - 1) / plan.rows_per_span) : (int)(a.B * plan.spans);
+    const int items = SIDE_BY_SIDE ? plan.items : (int)(a.B * plan.spans);
     const int left = items - r.first;
     r.count = left < plan.passes ? left : plan.passes;
     return r;
@@ -749,16 +754,15 @@ __global__ void __launch_bounds__(kBlock, grouped_forward_min_blocks<KB>()) row_
     row_fwd_direct_rows<T, KB, ROWS>(a, vec_y, first_b, c, wl, bias);
 }
 
-// A thread's place among `rows` rows side by side in its block, L / EPT threads to a row: its
-// row and its first step there. A thread past the rows (the block is whole warps) gets row 0
-// and step L, past the row's end, so that it computes nothing.
+// A thread's place among rows side by side in its block, L / EPT threads to a row: its row
+// and its first step there. Past the block's rows (the block is whole warps) `row` is at
+// least their count, and the caller leaves the thread idle.
 struct side_by_side_place {
     int row, t0;
 };
-template <int EPT> __device__ inline side_by_side_place side_by_side_place_of(int64_t L, int rows)
+template <int EPT> __device__ inline side_by_side_place side_by_side_place_of(int64_t L)
 {
     const int row_threads = (int)L / EPT, row = (int)threadIdx.x / row_threads;
-    if (row >= rows) return {0, (int)L};
     return {row, ((int)threadIdx.x - row * row_threads) * EPT};
 }
 
@@ -775,9 +779,9 @@ __global__ void __launch_bounds__(kBlock, grouped_forward_min_blocks<KB>()) row_
 {
     constexpr int EPT = row_ept<T>(), V = vec_width<T>();
     const int64_t c = blockIdx.x;
-    const side_by_side_place place = side_by_side_place_of<EPT>(a.L, rows);
+    const side_by_side_place place = side_by_side_place_of<EPT>(a.L);
     const int64_t b = (int64_t)blockIdx.y * rows + place.row;
-    const bool active = place.t0 < a.L && b < a.B;
+    const bool active = place.row < rows && b < a.B;
     // An idle thread takes steps past the row's end: it loads and stores nothing.
     const int64_t t0 = active ? place.t0 : a.L;
     float wl[KB];
@@ -1544,11 +1548,14 @@ __global__ void __launch_bounds__(kBlock) row_bwd(conv_args a, row_plan plan, fl
     const int ch = plan.chunk_len, xn = stage.xn, dn = stage.dn;
     // This thread's row in every span (backward_stage's slot), its first step there, and where
     // that lies in the buffers (the same offset in x's, which start H steps earlier, and
-    // dout's). With one row to a span, the span's threads in order.
+    // dout's). With one row to a span, the span's threads in order. A thread past the rows
+    // takes slot 0's steps past the row's end: it computes nothing.
     int slot = 0, slot_thread = (int)threadIdx.x;
     if constexpr (SIDE_BY_SIDE) {
-        const side_by_side_place place = side_by_side_place_of<EPT>(a.L, plan.rows_per_span);
-        slot = place.row, slot_thread = place.t0 / EPT;
+        const side_by_side_place place = side_by_side_place_of<EPT>(a.L);
+        const bool in_slots = place.row < plan.rows_per_span;
+        slot = in_slots ? place.row : 0;
+        slot_thread = in_slots ? place.t0 / EPT : (int)a.L / EPT;
     }
     const int offset = slot * stage.pitch + slot_thread * EPT;
     const T *const xs = stage.xs, *const ds = stage.ds;
@@ -2560,6 +2567,7 @@ row_plan make_row_plan(const conv_args &a, const tg_tensor *x, const tg_tensor *
     // fwd+bwd 93.5–93.8 µs against 96.3–97.1 with 8 (bench/NOTES.md, v30).
     plan.passes = rows > 1 ? (int)(items < 16 ? items : 16) : row_passes_for_waves(items, a.C, resident);
     plan.chunks = (items + plan.passes - 1) / plan.passes;
+    plan.items = (int)(items < INT32_MAX ? items : INT32_MAX); // larger fails fits_row_grid
     plan.vec_x = rows_aligned(x, V);
     plan.vec_y = rows_aligned(y, V);
     plan.vec_dx = rows_aligned(dx, V);
