@@ -14,7 +14,8 @@
 #                            announced through PKG_CONFIG_SYSROOT_DIR, pkg-config also prefixes the
 #                            freshly installed tapegrad.pc's paths, so that packaging test fails
 #   memcheck-test_cuda_conv1d, racecheck-test_cuda_conv1d, racecheck-test_cuda_scan
-#                            compute-sanitizer on the CUDA conv1d and scan tests (--jobs 1);
+#                            compute-sanitizer on the CUDA conv1d and scan tests (--jobs 1;
+#                            every sanitizer step runs at the same time as the others);
 #                            racecheck leaves out the conv1d test of tensors beyond 2^31
 #                            elements (minutes on its 6 GB tensors; memcheck takes 2 s) and
 #                            the grid-limit one (131071 rows of 512 steps, about a minute: its
@@ -121,26 +122,35 @@ gpu_to_ourselves() {
     return 1
 }
 
-# run_step NAME LIMIT COMMAND...: runs the command under the limit, output in logs/NAME.log.
-run_step() {
+# run_limited NAME LIMIT COMMAND...: runs the command under the limit, output in
+# logs/NAME.log; prints its seconds and result ("12 pass").
+run_limited() {
     local name=$1 limit=$2
     shift 2
     local log=$LOGS/$name.log start=$SECONDS rc result
-    if [ "$limit" -lt 5 ]; then
-        echo "skipped: no time left in the ${BUDGET}s budget" >"$log"
-        record "$name" "skipped (no time left)" 0
-        return
-    fi
     printf '$ %s\n(limit %ss)\n' "$*" "$limit" >"$log"
     timeout --kill-after=10 "$limit" "$@" >>"$log" 2>&1
     rc=$?
     case $rc in
     0) result=pass ;;
-    124 | 137) result="TIMEOUT (${limit}s)"; kill_leftover_tests ;;
+    124 | 137) result="TIMEOUT (${limit}s)" ;;
     *) result="FAIL (exit $rc)" ;;
     esac
     echo "(exit $rc after $((SECONDS - start))s)" >>"$log"
-    record "$name" "$result" $((SECONDS - start))
+    echo "$((SECONDS - start)) $result"
+}
+
+# run_step NAME LIMIT COMMAND...: run_limited, then the step's line in the summary.
+run_step() {
+    local name=$1 limit=$2 outcome
+    if [ "$limit" -lt 5 ]; then
+        echo "skipped: no time left in the ${BUDGET}s budget" >"$LOGS/$name.log"
+        record "$name" "skipped (no time left)" 0
+        return
+    fi
+    outcome=$(run_limited "$@")
+    case ${outcome#* } in TIMEOUT*) kill_leftover_tests ;; esac
+    record "$name" "${outcome#* }" "${outcome%% *}"
 }
 
 skip_step() { # skip_step NAME WHY
@@ -162,13 +172,32 @@ run_step build "$(limit_for 360 0)" cmake --build build -j16
 reserve=$((BENCH_RESERVE + PEERS_RESERVE))
 
 # ---- tests and sanitizers ------------------------------------------------------------------------
-sanitize() { # sanitize TOOL BINARY: one compute-sanitizer step
-    local tool=$1 binary=$2 filter=() pattern=${SANITIZE_FILTER:-}
+# The sanitizer steps run side by side: each compute-sanitizer keeps about one CPU core busy,
+# and one after the other they no longer fit the default budget (conv1d's racecheck alone
+# took two minutes). sanitize starts one in the background; the steps are recorded, in the
+# order they were started, once all have ended (sanitizers_done).
+sanitizer_steps=()
+sanitize() { # sanitize TOOL BINARY LIMIT: one compute-sanitizer step, started in the background
+    local tool=$1 binary=$2 limit=$3 filter=() pattern=${SANITIZE_FILTER:-}
+    local name
+    name=$tool-$(basename "$binary")
     [ -z "$pattern" ] && [ "$tool" = racecheck ] &&
         pattern='!(*/tensors_beyond_2_31_elements|*/grouped_forward_at_the_grid_limit)'
     [ -n "$pattern" ] && [ "$(basename "$binary")" = test_cuda_conv1d ] && filter=(--filter "$pattern")
-    run_step "$tool-$(basename "$binary")" "$(limit_for 150 "$reserve")" \
-        "$SANITIZER" --tool "$tool" --target-processes all --error-exitcode 1 --print-limit 20 "$binary" --jobs 1 "${filter[@]}"
+    sanitizer_steps+=("$name")
+    run_limited "$name" "$limit" "$SANITIZER" --tool "$tool" --target-processes all --error-exitcode 1 \
+        --print-limit 20 "$binary" --jobs 1 "${filter[@]}" >"$LOGS/$name.outcome" &
+}
+sanitizers_done() {
+    local name outcome timed_out=0
+    wait
+    for name in "${sanitizer_steps[@]}"; do
+        outcome=$(cat "$LOGS/$name.outcome")
+        rm -f "$LOGS/$name.outcome"
+        case ${outcome#* } in TIMEOUT*) timed_out=1 ;; esac
+        record "$name" "${outcome#* }" "${outcome%% *}"
+    done
+    [ "$timed_out" = 1 ] && kill_leftover_tests
 }
 
 cuda_tests=()
@@ -184,18 +213,26 @@ elif [ ! -f build/CTestTestfile.cmake ]; then
 else
     run_step ctest "$(limit_for 240 "$reserve")" ctest --test-dir build --output-on-failure --no-tests=error -j8 \
         ${CTEST_EXCLUDE:+-E "$CTEST_EXCLUDE"}
-    if [ -x build/tests/test_cuda_conv1d ]; then
-        sanitize memcheck build/tests/test_cuda_conv1d
-        sanitize racecheck build/tests/test_cuda_conv1d
+    limit=$(limit_for 150 "$reserve")
+    if [ "$limit" -lt 5 ]; then
+        skip_step sanitizers "no time left"
+    elif [ ${#cuda_tests[@]} -eq 0 ]; then
+        skip_step sanitizers "no test_cuda_* binary built"
     else
-        skip_step sanitize-test_cuda_conv1d "build/tests/test_cuda_conv1d not built"
+        if [ -x build/tests/test_cuda_conv1d ]; then
+            sanitize memcheck build/tests/test_cuda_conv1d "$limit"
+            sanitize racecheck build/tests/test_cuda_conv1d "$limit"
+        else
+            skip_step sanitize-test_cuda_conv1d "build/tests/test_cuda_conv1d not built"
+        fi
+        # The scan kernels share memory between threads too: racecheck them (and memcheck below).
+        [ -x build/tests/test_cuda_scan ] && sanitize racecheck build/tests/test_cuda_scan "$limit"
+        for binary in "${cuda_tests[@]}"; do # SANITIZE_OTHERS=0: the conv1d kernels only
+            [ "${SANITIZE_OTHERS:-1}" = 0 ] || [ "$(basename "$binary")" = test_cuda_conv1d ] ||
+                sanitize memcheck "$binary" "$limit"
+        done
+        sanitizers_done
     fi
-    # The scan kernels share memory between threads too: racecheck them (and memcheck below).
-    [ -x build/tests/test_cuda_scan ] && sanitize racecheck build/tests/test_cuda_scan
-    for binary in "${cuda_tests[@]}"; do # SANITIZE_OTHERS=0: the conv1d kernels only
-        [ "${SANITIZE_OTHERS:-1}" = 0 ] || [ "$(basename "$binary")" = test_cuda_conv1d ] || sanitize memcheck "$binary"
-    done
-    [ ${#cuda_tests[@]} -eq 0 ] && skip_step memcheck-test_cuda "no test_cuda_* binary built"
 fi
 
 # ---- benchmarks ---------------------------------------------------------------------------------------
