@@ -274,8 +274,11 @@ Test(cuda_conv1d, short_rows_side_by_side)
         {20, 4, 128, 8, LAYOUT_CHANNEL_FIRST, TG_BF16, true, true, false, true},
         {6, 3, 256, 16, LAYOUT_CHANNEL_FIRST, TG_BF16, true, true, true, true},
         {40, 3, 64, 8, LAYOUT_CHANNEL_FIRST, TG_F16, true, true, true, false},
-        /* a warp's steps or more: one row to a span */
+        /* a warp's steps or more: one row to a span (the forward takes rows of a warp's
+         * steps side by side where it would take them one to a block: f32, 16-bit at K <= 2) */
         {50, 3, 256, 4, LAYOUT_CHANNEL_FIRST, TG_F32, true, true, false, true},
+        {13, 2, 256, 8, LAYOUT_CHANNEL_FIRST, TG_F32, true, true, true, false},
+        {9, 3, 512, 2, LAYOUT_CHANNEL_FIRST, TG_BF16, true, true, false, true},
         {33, 4, 1024, 4, LAYOUT_CHANNEL_FIRST, TG_BF16, true, true, false, true},
         {7, 5, 512, 16, LAYOUT_CHANNEL_FIRST, TG_F16, false, true, false, true},
     };

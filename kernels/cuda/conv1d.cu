@@ -9,7 +9,8 @@
 //   row kernels (channel-first: stride 1 along L): a block walks a chunk of one (b, c) row;
 //     each thread owns EPT consecutive steps loaded as 16-byte vectors and takes the K−1
 //     steps around them from its neighbouring lanes. Coalesced along L. Rows shorter than
-//     a warp's steps go several to a block, side by side.
+//     a warp's steps go several to a block, side by side (in the forward, where it takes
+//     rows one to a block, rows of a warp's steps too).
 //   stream kernels (channel-last, C a multiple of 16 bytes, aligned): a warp takes 32 to 128
 //     neighbouring channels and walks a segment of up to 256 steps in order, the steps
 //     arriving through a per-warp ring in shared memory; each thread keeps its window of x
@@ -766,8 +767,8 @@ template <int EPT> __device__ inline side_by_side_place side_by_side_place_of(in
     return {row, ((int)threadIdx.x - row * row_threads) * EPT};
 }
 
-// Rows shorter than a warp's steps (forward_rows_side_by_side): one row per block would leave
-// lanes idle (bf16 at L = 256: 16 of 32), and rows in turn (row_fwd_direct_grouped) leave
+// Rows shorter than a warp's steps (forward_rows_side_by_side; some of a warp's steps too):
+// one row per block would leave lanes idle (bf16 at L = 256: 16 of 32), and rows in turn (row_fwd_direct_grouped) leave
 // them idle too. Here a block takes `rows` rows of its channel side by side, L / EPT threads
 // each, all at once; threads past them (the block is whole warps) or past B compute nothing.
 // On a C × ⌈B / rows⌉ grid. At 128×768×256 bf16 the forward went 64.8 → 30.4 µs at K = 2
@@ -2485,22 +2486,28 @@ template <typename T, int KB> constexpr int direct_forward_rows()
 }
 
 // Rows side by side in one block, for both passes: rows shorter than a warp's steps (alone
-// they would leave lanes of their block idle: bf16 at L = 256 fills 16 threads of 32), of
-// whole aligned vectors (L a multiple of EPT), as many as make up a block of kBlock threads
-// (at most B); 0 for rows that do not qualify.
-template <typename T> int64_t rows_to_a_block(const conv_args &a, const tg_tensor *x)
+// they would leave lanes of their block idle: bf16 at L = 256 fills 16 threads of 32), or
+// with `warp_rows` up to a warp's steps, of whole aligned vectors (L a multiple of EPT), as
+// many as make up a block of kBlock threads (at most B); 0 for rows that do not qualify.
+template <typename T> int64_t rows_to_a_block(const conv_args &a, const tg_tensor *x, bool warp_rows = false)
 {
     constexpr int EPT = row_ept<T>();
-    if (a.L % EPT != 0 || a.L >= 32 * EPT || !rows_aligned(x, vec_width<T>())) return 0;
+    const int64_t longest = warp_rows ? 32 * EPT : 32 * EPT - 1;
+    if (a.L % EPT != 0 || a.L > longest || !rows_aligned(x, vec_width<T>())) return 0;
     const int64_t fit = (int64_t)kBlock * EPT / a.L;
     return fit < a.B ? fit : a.B;
 }
 
 // Rows for row_fwd_side_by_side (rows_to_a_block), when the grid of C × ⌈B / rows⌉ fits and
-// the halo lies in one lane's steps (f32 from K = 10 on: no); else 0.
+// the halo lies in one lane's steps (f32 from K = 10 on: no); else 0. Rows of exactly a
+// warp's steps go side by side too where the direct forward would take them one to a block
+// (f32, and 16-bit data at K ≤ 2): at 128×768×256 f32 the forward went 64.4–65.0 → 52.1–52.8
+// µs at K = 2 and 4, 66.4–66.6 → 60.5 at K = 8, and bf16 at 64×768×512 K = 2 34.9–35.1 →
+// 32.4; where it groups rows (16-bit from K = 3 on) that lost, K = 4 29.3–29.5 → 32.4 and
+// K = 8 33.0–33.2 → 42.6 (bench/NOTES.md).
 template <typename T, int KB> int forward_rows_side_by_side(const conv_args &a, const tg_tensor *x)
 {
-    const int64_t rows = rows_to_a_block<T>(a, x);
+    const int64_t rows = rows_to_a_block<T>(a, x, direct_forward_rows<T, KB>() == 1);
     if (KB - 1 > row_ept<T>() || rows == 0 || a.C > INT32_MAX) return 0;
     return (a.B + rows - 1) / rows <= 65535 ? (int)rows : 0;
 }
