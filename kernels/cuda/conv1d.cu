@@ -767,13 +767,14 @@ template <int EPT> __device__ inline side_by_side_place side_by_side_place_of(in
     return {row, ((int)threadIdx.x - row * row_threads) * EPT};
 }
 
-// Rows shorter than a warp's steps (forward_rows_side_by_side; some of a warp's steps too):
-// one row per block would leave lanes idle (bf16 at L = 256: 16 of 32), and rows in turn (row_fwd_direct_grouped) leave
-// them idle too. Here a block takes `rows` rows of its channel side by side, L / EPT threads
-// each, all at once; threads past them (the block is whole warps) or past B compute nothing.
-// On a C × ⌈B / rows⌉ grid. At 128×768×256 bf16 the forward went 64.8 → 30.4 µs at K = 2
-// (one row per block before), 41.8 → 31.8 at K = 3 and 45.2 → 32.3 at K = 4 (two rows in
-// turn), 58.4 → 42.7 at K = 8 (four); bench/NOTES.md, v30.
+// Rows shorter than a warp's steps, and some rows of exactly a warp's steps
+// (forward_rows_side_by_side): one row per block would leave lanes idle (bf16 at L = 256: 16
+// of 32), and rows in turn (row_fwd_direct_grouped) leave them idle too. Here a block takes
+// `rows` rows of its channel side by side, L / EPT threads each, all at once; threads past
+// them (the block is whole warps) or past B compute nothing. On a C × ⌈B / rows⌉ grid. At
+// 128×768×256 bf16 the forward went 64.8 → 30.4 µs at K = 2 (one row per block before),
+// 41.8 → 31.8 at K = 3 and 45.2 → 32.3 at K = 4 (two rows in turn), 58.4 → 42.7 at K = 8
+// (four); bench/NOTES.md, v30.
 template <typename T, int KB>
 __global__ void __launch_bounds__(kBlock, grouped_forward_min_blocks<KB>()) row_fwd_side_by_side(conv_args a, int rows,
                                                                                                 bool vec_y)
