@@ -2552,6 +2552,12 @@ int row_passes_for_waves(int64_t items, int64_t C, int64_t resident)
     return best;
 }
 
+// Steps of one staged span: `rows` whole rows side by side, or threads · steps_per_thread.
+inline int row_span_len(int rows, int64_t L, int threads, int steps_per_thread)
+{
+    return rows > 1 ? rows * (int)L : threads * steps_per_thread;
+}
+
 // The staged kernels' plan (struct row_plan): 8 spans per block (fewer where the channel's
 // list is shorter), or with `resident` > 0 as many as fill whole waves of that many blocks
 // (row_passes_for_waves). Fewer, longer blocks measured faster than a grid of more waves on
@@ -2566,7 +2572,7 @@ row_plan make_row_plan(const conv_args &a, const tg_tensor *x, const tg_tensor *
 {
     constexpr int V = vec_width<T>();
     row_plan plan = {};
-    plan.chunk_len = rows > 1 ? rows * (int)a.L : threads * steps_per_thread;
+    plan.chunk_len = row_span_len(rows, a.L, threads, steps_per_thread);
     plan.rows_per_span = rows;
     plan.spans = rows > 1 ? 1 : (a.L + plan.chunk_len - 1) / plan.chunk_len;
     const int64_t items = rows > 1 ? (a.B + rows - 1) / rows : a.B * plan.spans; // per channel
@@ -2817,10 +2823,9 @@ tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *fina
 // no initial states), cut until the buffers fit 32 KB (each slot adds 2H steps: at K = 16
 // and L = 8, more than the row; a launch gets 48 KB of shared memory in all without asking);
 // else 1. At 128×768×256 bf16 K = 4 fwd+bwd went 127.3–127.4 → 93.5–93.8 µs with this alone
-// (the backward 82 → 48 µs). Rows of a warp or more measured
-// faster one to a span: side by side, bf16 K = 3 went 75.1–75.2 → 76.1–76.4 µs at
-// 64×768×512 and 74.1–74.3 → 74.6–74.8 at 32×768×1024, f32 K = 4 146.4 → 152.5 at
-// 128×768×256 (bench/NOTES.md, v30).
+// (the backward 82 → 48 µs). Rows of a warp or more measured faster one to a span: side by
+// side, bf16 K = 3 went 75.1–75.2 → 76.1–76.4 µs at 64×768×512 and 74.1–74.3 → 74.6–74.8 at
+// 32×768×1024, f32 K = 4 146.4 → 152.5 at 128×768×256 (bench/NOTES.md, v30).
 template <typename T, int KB> int rows_side_by_side(const conv_args &a, const tg_tensor *x, const tg_tensor *y)
 {
     int rows = (int)rows_to_a_block<T>(a, x);
@@ -2859,7 +2864,7 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
     const int span_stages = tensor_cores ? kTensorCoreStages : kStages;
     const int span_rows = tensor_cores ? 1 : rows_side_by_side<T, KB>(a, in->x, dout);
     const int threads = row_threads(span_rows * a.L, steps_per_thread);
-    const int span_len = span_rows > 1 ? span_rows * (int)a.L : threads * steps_per_thread;
+    const int span_len = row_span_len(span_rows, a.L, threads, steps_per_thread);
     row_plan rplan = {};
     stream_plan splan = {};
     tile_plan tplan = {};
