@@ -2566,9 +2566,12 @@ inline int row_span_len(int rows, int64_t L, int threads, int steps_per_thread)
 //   The spans stage x from `halo` steps before the span to `right_halo` after it (dout, when
 // staged, from the span's start to at most as far). `rows` > 1 puts that many whole rows in
 // a span (rows_side_by_side says when).
+//   `whole_lists`: one block per channel whatever the list's length (the caller has checked it
+// is short: backward_takes_whole_lists).
 template <typename T>
 row_plan make_row_plan(const conv_args &a, const tg_tensor *x, const tg_tensor *y, const tg_tensor *dx, int threads,
-                       int steps_per_thread, int halo, int right_halo, int64_t resident = 0, int rows = 1)
+                       int steps_per_thread, int halo, int right_halo, int64_t resident = 0, int rows = 1,
+                       bool whole_lists = false)
 {
     constexpr int V = vec_width<T>();
     row_plan plan = {};
@@ -2579,7 +2582,9 @@ row_plan make_row_plan(const conv_args &a, const tg_tensor *x, const tg_tensor *
     // Spans of rows side by side: up to 16 per block, so that a block takes more of its
     // channel's rows (often all: no second kernel for the sums). At 128×768×256 bf16 K = 4,
     // fwd+bwd 93.5–93.8 µs against 96.3–97.1 with 8 (bench/NOTES.md, v30).
-    plan.passes = rows > 1 ? (int)(items < 16 ? items : 16) : row_passes_for_waves(items, a.C, resident);
+    plan.passes = whole_lists ? (int)items
+                  : rows > 1  ? (int)(items < 16 ? items : 16)
+                              : row_passes_for_waves(items, a.C, resident);
     plan.chunks = (items + plan.passes - 1) / plan.passes;
     plan.items = (int)(items < INT32_MAX ? items : INT32_MAX); // larger fails fits_row_grid
     plan.vec_x = rows_aligned(x, V);
@@ -2846,6 +2851,28 @@ template <typename Kernel> int64_t resident_blocks(Kernel kernel, int threads, s
     return (int64_t)per_multiprocessor * tg_cuda_multiprocessors();
 }
 
+// Whether each float-backward block takes its channel's whole list of spans (whole rows, one
+// to a span), and so writes dw and dbias itself: no workspace and no second kernel. Up to 32
+// spans, when the grid of one block per channel is resident at once and still gives every
+// SM 8 warps. Measured in one call, two rounds each (bench/NOTES.md, v32), bf16 fwd+bwd µs:
+//   - 32×768×1024 (768 blocks of two warps, 11.6 warps per SM): K = 2 74.0–74.5 → 72.3–72.6,
+//     K = 3 74.2–74.7 → 71.1–71.5, K = 4 76.5–76.9 → 73.0; f32 K = 4 133.2–133.7 → 131.2–131.3;
+//     24×768×1024 K = 4 64.5–64.7 → 56.8–57.1. Blocks of 16 spans there (two per channel, all
+//     resident, the second kernel summing two parts) measured as 8: the second kernel, not
+//     the partly filled last wave, was the cost.
+//   - Fewer warps: 32×512×1024 (7.8 per SM) level, 32×384×1024 (5.8) 43.7 → 51.1 µs.
+//   - More blocks than the GPU holds (16×1536×2048, 1536 blocks for 1056 places): 134.7–135.4
+//     → 137.2–137.7 µs; f32 8×1536×2048 (two spans to a row) 134.0 → 137.6–138.6.
+template <typename Kernel>
+bool backward_takes_whole_lists(const conv_args &a, Kernel kernel, int span_len, int threads, size_t shared)
+{
+    constexpr int64_t kMaxSpans = 32, kMinWarpsPerMultiprocessor = 8;
+    const int64_t spans = a.B * ((a.L + span_len - 1) / span_len);
+    if (spans <= 8 || spans > kMaxSpans) return false; // up to 8: whole lists anyway
+    if (a.C * (threads / 32) < kMinWarpsPerMultiprocessor * tg_cuda_multiprocessors()) return false;
+    return a.C <= resident_blocks(kernel, threads, shared);
+}
+
 template <typename T, int KB>
 tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, const tg_tensor *dfinal, tg_tensor *dx,
                            tg_tensor *dweight, tg_tensor *dbias, tg_tensor *dinitial)
@@ -2881,8 +2908,15 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
         // 1975): 8 spans per block.
         int64_t resident = 0;
         if (tensor_cores) resident = resident_blocks(row_kernel, threads, row_shared);
-        rplan = make_row_plan<T>(a, in->x, dout, dx, threads, steps_per_thread, row_shape<T, KB>::H, row_shape<T, KB>::H,
-                                 resident, span_rows);
+        auto plan_rows = [&](bool whole_lists) {
+            return make_row_plan<T>(a, in->x, dout, dx, threads, steps_per_thread, row_shape<T, KB>::H,
+                                    row_shape<T, KB>::H, resident, span_rows, whole_lists);
+        };
+        rplan = plan_rows(false);
+        // Measured on spans of whole rows only (the others stage edges as well).
+        if (!tensor_cores && span_rows == 1 && rplan.whole_rows &&
+            backward_takes_whole_lists(a, row_kernel, span_len, threads, row_shared))
+            rplan = plan_rows(true);
         parts = rplan.chunks;
         if (!fits_row_grid(a, rplan)) return too_large(a);
     } else if (streams) {
@@ -2902,12 +2936,13 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
         parts = a.B * tplan.time_blocks;
         if (!fits_tile_grid(a, tplan)) return too_large(a);
     }
-    // A row block that holds its channel's whole list (short rows: B spans or fewer) writes
-    // dw and dbias itself: no workspace and no second kernel, whose launch and 4 µs were a
-    // real share of short rows (8×1536×2048 bf16 fwd+bwd: K = 4 87.0 → 82.0 µs, K = 8
-    // 101.4 → 95.6 µs; bench/NOTES.md). The sum is the one the second kernel made (x + 0).
-    // Blocks that take whole lists of more rows measured slower (32×768×1024: 87.7 → 88.5 µs
-    // at K = 4, 100.4 → 121.7 µs at K = 8).
+    // A row block that holds its channel's whole list (8 spans or fewer, or up to 32 when
+    // backward_takes_whole_lists) writes dw and dbias itself: no workspace and no second
+    // kernel, whose launch and 4 µs were a real share of short rows (8×1536×2048 bf16
+    // fwd+bwd: K = 4 87.0 → 82.0 µs, K = 8 101.4 → 95.6 µs; bench/NOTES.md). The sum is the
+    // one the second kernel made (x + 0). Whole lists of 32 rows measured slower with the
+    // kernels of v26 (32×768×1024: 87.7 → 88.5 µs at K = 4), faster since spans are staged as
+    // whole rows (backward_takes_whole_lists).
     a.grads.dw = dweight ? tg_bytes(dweight) : NULL;
     a.grads.dws0 = dweight ? dweight->strides[0] : 0;
     a.grads.dws1 = dweight ? dweight->strides[1] : 0;
