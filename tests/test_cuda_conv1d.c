@@ -246,7 +246,8 @@ Test(cuda_conv1d, rows_staged_whole)
         check_case((conv_case){5, 4, 4096, 16, LAYOUT_CHANNEL_FIRST, dtypes[d], true, false, false, true});
     }
     /* Enough channels that a backward block takes its channel's whole list of 12 or 20 rows
-     * (more than the usual 8 spans per block) on a GPU of up to about 150 SMs. */
+     * (more than the usual 8 spans per block) on GPUs of about 40 to 150 SMs (an H200 has
+     * 132): 1200 warps in all, one block per channel resident at once. */
     check_case((conv_case){20, 600, 1024, 4, LAYOUT_CHANNEL_FIRST, TG_BF16, true, true, false, true});
     check_case((conv_case){12, 300, 1024, 3, LAYOUT_CHANNEL_FIRST, TG_F32, false, true, false, false});
 }

@@ -2940,9 +2940,10 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
     // backward_takes_whole_lists) writes dw and dbias itself: no workspace and no second
     // kernel, whose launch and 4 µs were a real share of short rows (8×1536×2048 bf16
     // fwd+bwd: K = 4 87.0 → 82.0 µs, K = 8 101.4 → 95.6 µs; bench/NOTES.md). The sum is the
-    // one the second kernel made (x + 0). Whole lists of 32 rows measured slower with the
-    // kernels of v26 (32×768×1024: 87.7 → 88.5 µs at K = 4), faster since spans are staged as
-    // whole rows (backward_takes_whole_lists).
+    // one the second kernel made (x + 0). Whole lists of up to 64 rows measured level with the
+    // kernels of v17 (32×768×1024 K = 4: 87.2–88.8 against 87.7–88.1 µs) and slower on tensor
+    // cores (K = 8: 100.4 → 121.7 µs); since spans are staged as whole rows (v26) the float
+    // backward gains where backward_takes_whole_lists says.
     a.grads.dw = dweight ? tg_bytes(dweight) : NULL;
     a.grads.dws0 = dweight ? dweight->strides[0] : 0;
     a.grads.dws1 = dweight ? dweight->strides[1] : 0;
