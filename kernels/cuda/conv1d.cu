@@ -2863,12 +2863,12 @@ template <typename Kernel> int64_t resident_blocks(Kernel kernel, int threads, s
 //   - Fewer warps: 32×512×1024 (7.8 per SM) level, 32×384×1024 (5.8) 43.7 → 51.1 µs.
 //   - More blocks than the GPU holds (16×1536×2048, 1536 blocks for 1056 places): 134.7–135.4
 //     → 137.2–137.7 µs; f32 8×1536×2048 (two spans to a row) 134.0 → 137.6–138.6.
+// `plan` is the one-row plan made without whole lists.
 template <typename Kernel>
-bool backward_takes_whole_lists(const conv_args &a, Kernel kernel, int span_len, int threads, size_t shared)
+bool backward_takes_whole_lists(const conv_args &a, const row_plan &plan, Kernel kernel, int threads, size_t shared)
 {
     constexpr int64_t kMaxSpans = 32, kMinWarpsPerMultiprocessor = 8;
-    const int64_t spans = a.B * ((a.L + span_len - 1) / span_len);
-    if (spans <= 8 || spans > kMaxSpans) return false; // up to 8: whole lists anyway
+    if (!plan.whole_rows || plan.chunks == 1 || plan.items > kMaxSpans) return false;
     if (a.C * (threads / 32) < kMinWarpsPerMultiprocessor * tg_cuda_multiprocessors()) return false;
     return a.C <= resident_blocks(kernel, threads, shared);
 }
@@ -2914,8 +2914,7 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
         };
         rplan = plan_rows(false);
         // Measured on spans of whole rows only (the others stage edges as well).
-        if (!tensor_cores && span_rows == 1 && rplan.whole_rows &&
-            backward_takes_whole_lists(a, row_kernel, span_len, threads, row_shared))
+        if (!tensor_cores && span_rows == 1 && backward_takes_whole_lists(a, rplan, row_kernel, threads, row_shared))
             rplan = plan_rows(true);
         parts = rplan.chunks;
         if (!fits_row_grid(a, rplan)) return too_large(a);
