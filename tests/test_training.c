@@ -484,10 +484,12 @@ enum { K = 4, PER_MICRO = 3, ACC_STEPS = 3 };
 /* Every Selective Copying row scores the same number of positions (n_copy), so the mean over
  * K·m rows is the mean of K micro-batch means over m rows each: K micro-batches stepped with
  * tg_optim_step(opt, K) must equal one batch of the same K·m rows. Only rounding differs (the
- * sums run in another order), so the gradients agree to 1e-13 of their norm and, AdamW's
- * update m̂/(√v̂ + ε) being as close in relative terms as the gradients are, the parameters
- * to 1e-12 of their size, step after step. Clipping is on, so the step measures a norm: the
- * mean's, not the sum's (K times larger). */
+ * sums run in another order), so the gradients and the parameters agree to 1e-13 of their
+ * norms, step after step. In norm, not element by element: AdamW's update m̂/(√v̂ + ε)
+ * divides by each element's own scale, so where an element's gradient is near zero its
+ * rounding difference is magnified (one seed put one parameter 1.2 times past a per-element
+ * bound of 1e-12 of its size; 190 others stayed within 0.62 of it). Clipping is on, so the
+ * step measures a norm: the mean's, not the sum's (K times larger). */
 Test(training, micro_batches_equal_one_large_batch)
 {
     tg_mamba_config config = {.vocab_size = 8, .d_model = 12, .n_layer = 2, .d_state = 4, .dtype = TG_F64,
@@ -527,13 +529,14 @@ Test(training, micro_batches_equal_one_large_batch)
         cr_assert(fabs(norm_small - norm_big) <= 1e-13 * norm_big, "step %d: gradient norm %.17g accumulated, "
                   "%.17g in one batch (seed %llu)", step, norm_small, norm_big, SEED);
         const double *p_big = tg_params_data(big.params), *p_small = tg_params_data(small.params);
+        double p_diff = 0, p_norm = 0;
         for (int64_t i = 0; i < P; i++) {
-            double bound = 1e-12 * (fabs(p_big[i]) + 1e-2);
-            worst_param = fmax(worst_param, fabs(p_small[i] - p_big[i]) / bound);
-            cr_assert(fabs(p_small[i] - p_big[i]) <= bound,
-                      "step %d, parameter element %lld: %.17g accumulated, %.17g in one batch (seed %llu)", step,
-                      (long long)i, p_small[i], p_big[i], SEED);
+            p_diff += (p_small[i] - p_big[i]) * (p_small[i] - p_big[i]);
+            p_norm += p_big[i] * p_big[i];
         }
+        worst_param = fmax(worst_param, sqrt(p_diff / p_norm) / 1e-13);
+        cr_assert(sqrt(p_diff) <= 1e-13 * sqrt(p_norm), "step %d: parameters differ by %.3g of their norm (seed %llu)",
+                  step, sqrt(p_diff / p_norm), SEED);
         tg_params_zero_grad(big.params), tg_params_zero_grad(small.params);
     }
     cr_log_info("%d micro-batches against one batch: gradients within %.2g of their bound, parameters within %.2g",
