@@ -2,6 +2,7 @@
  * over K = 1 … 16, the edge shapes, both layouts and odd strides, misaligned views, f32,
  * bf16 and f16; and bitwise-repeatable gradients. Skipped without a GPU. */
 #include "cuda_util.h"
+#include "kernels/conv1d.h"
 
 #include <stdio.h>
 
@@ -484,6 +485,69 @@ Test(cuda_conv1d, tensors_beyond_2_31_elements)
         cr_assert_eq(tg_memory_empty_cache(), TG_OK);
     }
 }
+
+#ifdef TG_HAVE_CUDA
+/* A CUDA channel-last (B, C, L) view of a (B, L, C + pad) buffer whose every value is
+ * `fill`; the buffer goes to *base. */
+static tg_tensor *padded_channel_last(tg_tape *tape, tg_dtype dtype, int64_t B, int64_t C, int64_t L, int64_t pad,
+                                      double fill, tg_tensor **base)
+{
+    *base = tg_empty(tape, dtype, TG_DEVICE_CUDA, 3, (int64_t[]){B, L, C + pad});
+    cr_assert(*base && tg_fill(*base, fill) == TG_OK, "%s", tg_last_error());
+    tg_tensor *t = tg_view(tape, *base, 3, (int64_t[]){B, C, L}, (int64_t[]){L * (C + pad), 1, C + pad}, 0);
+    cr_assert(t, "%s", tg_last_error());
+    return t;
+}
+
+/* The kernels' entry points, given channel-last outputs (out, dx) whose steps are not
+ * 16-byte aligned (rows of C + 4 16-bit or C + 2 f32 values), give bit for bit what they give into aligned
+ * ones, and write nothing between the rows: the channel-last kernels store whole 16-byte
+ * pieces only where the output takes them. Through the op the outputs are always aligned. */
+Test(cuda_conv1d, outputs_whose_steps_are_not_16_byte_aligned)
+{
+    tt_require_cuda();
+    const struct {
+        tg_dtype dtype;
+        int64_t K;
+    } cases[] = {{TG_BF16, 4}, {TG_BF16, 8}, {TG_F16, 3}, {TG_BF16, 16}, {TG_F32, 8}, {TG_F32, 16}};
+    const double fill = 7.0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const tg_dtype dtype = cases[i].dtype;
+        const int64_t B = 2, C = 128, L = 1500, K = cases[i].K;
+        conv_case cc = {B, C, L, K, LAYOUT_CHANNEL_LAST, dtype, true, true, false, false};
+        char what[160];
+        describe(&cc, what, sizeof what);
+        tg_tape *tape = tg_tape_create();
+        tg_tensor *x = tt_cuda_twin(tape, x_in_layout(tape, &cc), true);
+        tg_tensor *dout = tt_cuda_twin(tape, x_in_layout(tape, &cc), true);
+        tg_tensor *w = tt_cuda_twin(tape, tt_leaf(tape, dtype, 2, (int64_t[]){C, K}), false);
+        tg_tensor *bias = tt_cuda_twin(tape, tt_leaf(tape, dtype, 1, (int64_t[]){C}), false);
+        const tg_conv1d_args args = {x, w, bias, NULL, TG_ACT_SILU};
+        tg_tensor *out[2], *dx[2], *dw[2], *db[2], *out_base[2], *dx_base[2];
+        for (int padded = 0; padded < 2; padded++) {
+            const int64_t pad = !padded ? 0 : dtype == TG_F32 ? 2 : 4;
+            out[padded] = padded_channel_last(tape, dtype, B, C, L, pad, fill, &out_base[padded]);
+            dx[padded] = padded_channel_last(tape, dtype, B, C, L, pad, fill, &dx_base[padded]);
+            dw[padded] = tg_empty(tape, dtype, TG_DEVICE_CUDA, 2, (int64_t[]){C, K});
+            db[padded] = tg_empty(tape, dtype, TG_DEVICE_CUDA, 1, (int64_t[]){C});
+            cr_assert_eq(tg_cuda_causal_conv1d_fwd(&args, out[padded], NULL), TG_OK, "%s: %s", what, tg_last_error());
+            cr_assert_eq(tg_cuda_causal_conv1d_bwd(&args, dout, NULL, dx[padded], dw[padded], db[padded], NULL), TG_OK,
+                         "%s: %s", what, tg_last_error());
+        }
+        cr_assert(cu_bitwise_equal(tape, out[0], out[1]), "%s: out differs with unaligned steps", what);
+        cr_assert(cu_bitwise_equal(tape, dx[0], dx[1]), "%s: dx differs with unaligned steps", what);
+        cr_assert(cu_bitwise_equal(tape, dw[0], dw[1]) && cu_bitwise_equal(tape, db[0], db[1]), "%s: dw or dbias", what);
+        tg_tensor *padding[2] = {cu_host(tape, out_base[1]), cu_host(tape, dx_base[1])};
+        const int64_t row_length = out_base[1]->shape[2];
+        for (int p = 0; p < 2; p++)
+            for (int64_t row = 0; row < B * L; row++)
+                for (int64_t c = C; c < row_length; c++)
+                    cr_assert_eq(tg_get_flat(padding[p], row * row_length + c), fill, "%s: %s written between rows", what,
+                                 p ? "dx" : "out");
+        tg_tape_free(tape);
+    }
+}
+#endif
 
 /* Two backward passes give bitwise-equal weight and bias gradients (no atomics). */
 Test(cuda_conv1d, gradients_are_bitwise_repeatable)

@@ -2026,6 +2026,7 @@ struct stream_plan {
     int64_t channel_blocks; // blocks across C
     int64_t time_blocks;    // blocks along L, each LANES segments
     int64_t seg_len;        // steps per warp, a multiple of U
+    bool whole_pieces;      // the output (out, dx) takes 16-byte stores (stream_stores)
 };
 
 // CPT neighbouring values of T as one machine word (the unit a stream thread reads and writes).
@@ -2138,22 +2139,65 @@ template <typename T, int CPT> struct stream_copies {
     // not held in registers).
     static __device__ int64_t step(const t3 &v) { return v.s2 * (int64_t)sizeof(T); }
 
+    // Where the copies of the next chunk of v go and come from, when all its U steps lie before
+    // L (then `next` moves on a chunk). The caller issues them, so that a kernel that copies
+    // two tensors issues all its copies back to back.
+    __device__ void whole_chunk(const t3 &v, int slot, unsigned (&to)[COPIES], const char *(&from)[COPIES])
+    {
+#pragma unroll
+        for (int j = 0; j < COPIES; j++) {
+            to[j] = dst + slot * S::SLOT + ROWS_PER_PASS * j * S::ROW;
+            from[j] = next + ROWS_PER_PASS * j * step(v);
+        }
+        next += S::U * step(v);
+    }
     // The copies of the next chunk of v, steps t … t + U − 1 (those before L), into ring slot
     // `slot`; `whole`: all U steps lie before L.
     __device__ void issue(const conv_args &a, const t3 &v, int64_t t, int slot, bool whole)
     {
-        const unsigned to = dst + slot * S::SLOT;
-        if (whole) {
+        unsigned to[COPIES];
+        const char *from[COPIES];
+        const int64_t first = t + row;
+        whole_chunk(v, slot, to, from);
 #pragma unroll
-            for (int j = 0; j < COPIES; j++)
-                copy16_async_to(to + ROWS_PER_PASS * j * S::ROW, next + ROWS_PER_PASS * j * step(v));
-        } else {
+        for (int j = 0; j < COPIES; j++)
+            if (whole || first + ROWS_PER_PASS * j < a.L) copy16_async_to(to[j], from[j]);
+    }
+};
+
+// A warp's outputs of one chunk (U steps of its channels) stored as the 16-byte pieces the
+// copies brought its inputs in as: each lane first writes its words over its own words of
+// the chunk's ring slot (which only it reads), then, after a warp barrier, stores COPIES
+// pieces of the slot, instead of one store per lane and step. Where rows are 128 bytes or
+// more (ROW): the bf16 channel-last backward at K = 8 measured 1193 → 1177 µs fwd+bwd, f32
+// K = 16 2389 → 2353, K ≤ 4 level; with 64-byte rows (16-bit data at K = 16) 1907 → 1950
+// (bench/NOTES.md, v33).
+template <typename T, int CPT> struct stream_stores {
+    using S = stream_shape<T, CPT>;
+    using Copies = stream_copies<T, CPT>;
+    static constexpr bool PAYS = S::ROW >= 128;
+    int64_t to;    // from the lane's word of a step to its piece of the chunk's first row
+    unsigned from; // the lane's piece of its first row, from the start of a slot
+
+    __device__ explicit stream_stores(const t3 &v)
+    {
+        const int lane = threadIdx.x % 32, piece = lane % Copies::PIECES, row = lane / Copies::PIECES;
+        to = piece * 16 - lane * S::WORD + row * Copies::step(v);
+        from = row * S::ROW + piece * 16;
+    }
+    // This lane's word of step r of the chunk, into the slot.
+    static __device__ void stage(char *slot, int r, channel_word<T, CPT> w)
+    {
+        *(channel_word<T, CPT> *)(slot + r * S::ROW + threadIdx.x % 32 * S::WORD) = w;
+    }
+    // The staged chunk to the U steps from `at` (this lane's word of the first of them).
+    __device__ void store(const t3 &v, const char *slot, char *at) const
+    {
+        __syncwarp(); // every lane's words are in the slot
 #pragma unroll
-            for (int j = 0; j < COPIES; j++)
-                if (t + row + ROWS_PER_PASS * j < a.L)
-                    copy16_async_to(to + ROWS_PER_PASS * j * S::ROW, next + ROWS_PER_PASS * j * step(v));
-        }
-        next += S::U * step(v);
+        for (int j = 0; j < Copies::COPIES; j++)
+            *(uint4 *)(at + to + Copies::ROWS_PER_PASS * j * Copies::step(v)) =
+                *(const uint4 *)(slot + from + Copies::ROWS_PER_PASS * j * S::ROW);
     }
 };
 
@@ -2167,31 +2211,38 @@ __device__ inline channel_word<T, CPT> stream_word(const conv_args &a, const cha
     return *(const word *)(slot + r * S::ROW + threadIdx.x % 32 * S::WORD);
 }
 
-// A warp's walk over the chunks of U steps from t0 to `last`: chunk k goes to ring slot
-// k mod RING, its copies (issue(t, slot)) issued RING − 1 chunks before it is computed
-// (compute(unchecked, t, slot)), into the slot the chunk before it was computed from.
-// `unchecked` is true for the chunks between unchecked_from and unchecked_end, whose steps
-// need no test.
+// A warp's walk over the chunks of U steps from t0 to `last` (chunk k: steps t0 + k·U on):
+// chunk k goes to ring slot k mod RING, its copies (issue(k, slot, whole); `whole`: all its
+// steps lie before L) issued RING − 1 chunks before it is computed (compute(unchecked, k,
+// slot), called for k = 0, 1, … in order), into the slot the chunk before it was computed
+// from. `unchecked` is true for the chunks wholly inside [unchecked_from, unchecked_end),
+// whose steps need no test. Which chunks are whole and which unchecked is worked out once,
+// as 32-bit chunk counts (a segment is a few thousand steps at most), so that a chunk's
+// bookkeeping is three compares.
 template <int U, int RING, typename Issue, typename Compute>
-__device__ inline void stream_walk(int64_t t0, int64_t last, int64_t unchecked_from, int64_t unchecked_end, Issue issue,
-                                   Compute compute)
+__device__ inline void stream_walk(int64_t t0, int64_t last, int64_t L, int64_t unchecked_from, int64_t unchecked_end,
+                                   Issue issue, Compute compute)
 {
-    const int64_t chunks = (last - t0 + U - 1) / U;
+    const int chunks = (int)((last - t0 + U - 1) / U);
+    const int whole = L - t0 >= U ? (int)((L - t0) / U < chunks ? (L - t0) / U : chunks) : 0;
+    const int unchecked_first = unchecked_from > t0 ? (int)((unchecked_from - t0 + U - 1) / U) : 0;
+    const int unchecked_end_chunk = unchecked_end > t0 ? (int)((unchecked_end - t0) / U) : 0;
 #pragma unroll
     for (int k = 0; k < RING - 1; k++) {
-        if (k < chunks) issue(t0 + k * U, k);
+        if (k < chunks) issue(k, k, k < whole);
         copies_commit(); // one group per chunk, empty or not, so that the count below holds
     }
-    for (int64_t k = 0; k < chunks; k++) {
-        const int64_t t = t0 + k * U;
-        if (k + RING - 1 < chunks) issue(t + (RING - 1) * U, (int)((k + RING - 1) % RING));
+    for (int k = 0; k < chunks; k++) {
+        copies_wait_groups<RING - 2>(); // chunk k's group has landed (the RING − 2 after it may not have)
+        // One warp barrier for two things: every lane's copies of chunk k have landed, and
+        // every lane is done with chunk k − 1, whose slot the copies issued next fill.
+        __syncwarp();
+        const int ahead = k + RING - 1;
+        if (ahead < chunks) issue(ahead, ahead % RING, ahead < whole);
         copies_commit();
-        copies_wait_groups<RING - 1>(); // chunk k's group has landed (the RING − 1 after it may not have)
-        __syncwarp();                   // … for every lane's copies
-        const int slot = (int)(k % RING);
-        if (t >= unchecked_from && t + U <= unchecked_end) compute(std::true_type(), t, slot);
-        else compute(std::false_type(), t, slot);
-        __syncwarp(); // every lane has read the slot before it is filled again
+        const int slot = k % RING;
+        if (k >= unchecked_first && k < unchecked_end_chunk) compute(std::true_type(), k, slot);
+        else compute(std::false_type(), k, slot);
     }
 }
 
@@ -2210,25 +2261,31 @@ __global__ void __launch_bounds__(kBlock, kStreamForwardBlocks) stream_fwd(conv_
     stream_window_start<T, KB, CPT>(a, p, win);
     char(*slots)[U * S::ROW] = ring[p.warp];
     const int64_t y_step = a.y.s2 * (int64_t)sizeof(T);
-    char *y_row = (char *)row_of<T>(a.y, p.b, p.inside_c ? p.c : p.c0);
+    char *y_at = (char *)row_of<T>(a.y, p.b, p.inside_c ? p.c : p.c0) + p.t0 * y_step; // the chunk's first step
     stream_copies<T, CPT> x_copies(a, a.x, p, slots[0], p.t0);
-    auto issue = [&](int64_t t, int slot) { x_copies.issue(a, a.x, t, slot, t + U <= a.L); };
-    auto compute = [&](auto unchecked, int64_t t, int slot) {
+    const stream_stores<T, CPT> y_stores(a.y);
+    constexpr bool STAGED = stream_stores<T, CPT>::PAYS;
+    auto issue = [&](int k, int slot, bool whole) { x_copies.issue(a, a.x, p.t0 + (int64_t)k * U, slot, whole); };
+    auto compute = [&](auto unchecked, int k, int slot) {
         constexpr bool CHECKED = !decltype(unchecked)::value;
-        char *y_at = y_row + t * y_step;
+        const int64_t t = p.t0 + (int64_t)k * U;
 #pragma unroll
         for (int r = 0; r < U; r++) {
             shift_window(win);
             unpack_word<T, CPT>(stream_word<T, CPT, CHECKED>(a, slots[slot], t, r), win[KB - 1]);
             float o[CPT];
             step_outputs(wl, bias, win, a.silu, o);
-            if (!CHECKED || (p.inside_c && t + r < p.end))
+            if (!CHECKED && STAGED) y_stores.stage(slots[slot], r, pack_word<T, CPT>(o));
+            else if (!CHECKED || (p.inside_c && t + r < p.end))
                 *(channel_word<T, CPT> *)(y_at + r * y_step) = pack_word<T, CPT>(o);
         }
+        if (!CHECKED && STAGED) y_stores.store(a.y, slots[slot], y_at);
+        y_at += U * y_step;
     };
-    // Unchecked: chunks of the segment's own steps, in a warp wholly inside C.
-    const bool warp_inside_c = p.c0 + S::CHANNELS <= a.C;
-    stream_walk<U, RING>(p.t0, p.end, p.t0, warp_inside_c ? p.end : p.t0, issue, compute);
+    // Unchecked: chunks of the segment's own steps, in a warp wholly inside C (and an output
+    // that takes whole pieces where they are staged).
+    const bool warp_inside_c = p.c0 + S::CHANNELS <= a.C && (!STAGED || plan.whole_pieces);
+    stream_walk<U, RING>(p.t0, p.end, a.L, p.t0, warp_inside_c ? p.end : p.t0, issue, compute);
 }
 
 // Each warp walks steps t0 … end + KB − 2: g = dout·act'(z) at every step, and at step t the
@@ -2262,16 +2319,32 @@ __global__ void __launch_bounds__(kBlock, kStreamBackwardBlocks) stream_bwd(conv
         char(*x_slots)[U * S::ROW] = ring[p.warp][0];
         char(*d_slots)[U * S::ROW] = ring[p.warp][1];
         const int64_t dx_step = a.dx.s2 * (int64_t)sizeof(T);
-        char *dx_row = (char *)row_of<T>(a.dx, p.b, p.inside_c ? p.c : p.c0);
+        // dx at u = t − (KB − 1) for the chunk's first step t
+        char *dx_at = (char *)row_of<T>(a.dx, p.b, p.inside_c ? p.c : p.c0) + (p.t0 - (KB - 1)) * dx_step;
         stream_copies<T, CPT> x_copies(a, a.x, p, x_slots[0], p.t0), d_copies(a, a.y, p, d_slots[0], p.t0);
-        auto issue = [&](int64_t t, int slot) {
-            const bool whole = t + U <= a.L; // every chunk but a segment's last, near L
-            x_copies.issue(a, a.x, t, slot, whole);
-            d_copies.issue(a, a.y, t, slot, whole);
+        const stream_stores<T, CPT> dx_stores(a.dx);
+        constexpr bool STAGED = stream_stores<T, CPT>::PAYS;
+        auto issue = [&](int k, int slot, bool whole) {
+            if (whole) { // every chunk but a segment's last, near L
+                constexpr int N = stream_copies<T, CPT>::COPIES;
+                unsigned x_to[N], d_to[N];
+                const char *x_from[N], *d_from[N];
+                x_copies.whole_chunk(a.x, slot, x_to, x_from);
+                d_copies.whole_chunk(a.y, slot, d_to, d_from);
+#pragma unroll
+                for (int j = 0; j < N; j++) {
+                    copy16_async_to(x_to[j], x_from[j]);
+                    copy16_async_to(d_to[j], d_from[j]);
+                }
+            } else {
+                const int64_t t = p.t0 + (int64_t)k * U;
+                x_copies.issue(a, a.x, t, slot, false);
+                d_copies.issue(a, a.y, t, slot, false);
+            }
         };
-        auto compute = [&](auto unchecked, int64_t t, int slot) {
+        auto compute = [&](auto unchecked, int k, int slot) {
             constexpr bool CHECKED = !decltype(unchecked)::value;
-            char *dx_at = dx_row + (t - (KB - 1)) * dx_step; // dx at u = t − (KB − 1)
+            const int64_t t = p.t0 + (int64_t)k * U;
 #pragma unroll
             for (int r = 0; r < U; r++) {
                 const int64_t u = t + r - (KB - 1);
@@ -2310,14 +2383,18 @@ __global__ void __launch_bounds__(kBlock, kStreamBackwardBlocks) stream_bwd(conv
 #pragma unroll
                         for (int q = 0; q < CPT; q++) d[q] += ld<T>(a.dfinal, p.b, p.c + q, u - final_from);
                 }
-                *(channel_word<T, CPT> *)(dx_at + r * dx_step) = pack_word<T, CPT>(d);
+                if (!CHECKED && STAGED) dx_stores.stage(x_slots[slot], r, pack_word<T, CPT>(d)); // over x[t + r], read above
+                else *(channel_word<T, CPT> *)(dx_at + r * dx_step) = pack_word<T, CPT>(d);
             }
+            if (!CHECKED && STAGED) dx_stores.store(a.dx, x_slots[slot], dx_at);
+            dx_at += U * dx_step;
         };
         // Unchecked: chunks whose steps are all the segment's own, each with a whole dx (from
-        // t0 + KB − 1 on) away from the final states, in a warp wholly inside C.
-        const bool warp_inside_c = p.c0 + S::CHANNELS <= a.C;
+        // t0 + KB − 1 on) away from the final states, in a warp wholly inside C (and a dx that
+        // takes whole pieces where they are staged).
+        const bool warp_inside_c = p.c0 + S::CHANNELS <= a.C && (!STAGED || plan.whole_pieces);
         const int64_t unchecked_end = !warp_inside_c ? p.t0 : p.end < final_from + KB - 1 ? p.end : final_from + KB - 1;
-        stream_walk<U, RING>(p.t0, p.end + KB - 1, p.t0 + KB - 1, unchecked_end, issue, compute);
+        stream_walk<U, RING>(p.t0, p.end + KB - 1, a.L, p.t0 + KB - 1, unchecked_end, issue, compute);
     }
     // The block's partials: its warps' segments summed in order, per channel (through the
     // ring, which no warp reads any more after the barrier).
@@ -2808,6 +2885,7 @@ tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *fina
         }
     } else if (streams_take<T, stream_forward_cpt<T, KB>()>(a, in->x, NULL, out)) {
         stream_plan plan = make_stream_plan<T, stream_forward_cpt<T, KB>()>(a);
+        plan.whole_pieces = channels_vectorisable(out, vec_width<T>());
         if (!fits_stream_grid(a, plan)) return too_large(a);
         stream_fwd<T, KB><<<stream_grid(a, plan), kBlock>>>(a, plan);
     } else {
@@ -2928,6 +3006,7 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
         // (4096, 2048, 1024), the pairs measured.
         constexpr int64_t kSegment = KB < 8 ? 256 : sizeof(T) == 2 ? 1024 : 512;
         splan = make_stream_plan<T, stream_backward_cpt<T, KB>()>(a, kSegment, 4096 * 256 / kSegment);
+        splan.whole_pieces = channels_vectorisable(dx, vec_width<T>());
         parts = a.B * splan.time_blocks;
         if (!fits_stream_grid(a, splan)) return too_large(a);
     } else {
