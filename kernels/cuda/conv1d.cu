@@ -2139,10 +2139,10 @@ template <typename T, int CPT> struct stream_copies {
     // not held in registers).
     static __device__ int64_t step(const t3 &v) { return v.s2 * (int64_t)sizeof(T); }
 
-    // Where the copies of the next chunk of v go and come from, when all its U steps lie before
-    // L (then `next` moves on a chunk). The caller issues them, so that a kernel that copies
-    // two tensors issues all its copies back to back.
-    __device__ void whole_chunk(const t3 &v, int slot, unsigned (&to)[COPIES], const char *(&from)[COPIES])
+    // Where the copies of the next chunk of v go and come from, into ring slot `slot` (then
+    // `next` moves on a chunk). The callers issue them, so that a kernel that copies two
+    // tensors issues all its copies back to back.
+    __device__ void chunk(const t3 &v, int slot, unsigned (&to)[COPIES], const char *(&from)[COPIES])
     {
 #pragma unroll
         for (int j = 0; j < COPIES; j++) {
@@ -2151,17 +2151,24 @@ template <typename T, int CPT> struct stream_copies {
         }
         next += S::U * step(v);
     }
-    // The copies of the next chunk of v, steps t … t + U − 1 (those before L), into ring slot
-    // `slot`; `whole`: all U steps lie before L.
-    __device__ void issue(const conv_args &a, const t3 &v, int64_t t, int slot, bool whole)
+    // The copies of the next chunk of v, all of whose U steps lie before L.
+    __device__ void issue_whole(const t3 &v, int slot)
     {
         unsigned to[COPIES];
         const char *from[COPIES];
-        const int64_t first = t + row;
-        whole_chunk(v, slot, to, from);
+        chunk(v, slot, to, from);
+#pragma unroll
+        for (int j = 0; j < COPIES; j++) copy16_async_to(to[j], from[j]);
+    }
+    // The copies of the next chunk of v, steps t … t + U − 1, of those steps before L.
+    __device__ void issue_part(const conv_args &a, const t3 &v, int64_t t, int slot)
+    {
+        unsigned to[COPIES];
+        const char *from[COPIES];
+        chunk(v, slot, to, from);
 #pragma unroll
         for (int j = 0; j < COPIES; j++)
-            if (whole || first + ROWS_PER_PASS * j < a.L) copy16_async_to(to[j], from[j]);
+            if (t + row + ROWS_PER_PASS * j < a.L) copy16_async_to(to[j], from[j]);
     }
 };
 
@@ -2265,7 +2272,10 @@ __global__ void __launch_bounds__(kBlock, kStreamForwardBlocks) stream_fwd(conv_
     stream_copies<T, CPT> x_copies(a, a.x, p, slots[0], p.t0);
     const stream_stores<T, CPT> y_stores(a.y);
     constexpr bool STAGED = stream_stores<T, CPT>::PAYS;
-    auto issue = [&](int k, int slot, bool whole) { x_copies.issue(a, a.x, p.t0 + (int64_t)k * U, slot, whole); };
+    auto issue = [&](int k, int slot, bool whole) {
+        if (whole) x_copies.issue_whole(a.x, slot);
+        else x_copies.issue_part(a, a.x, p.t0 + (int64_t)k * U, slot);
+    };
     auto compute = [&](auto unchecked, int k, int slot) {
         constexpr bool CHECKED = !decltype(unchecked)::value;
         const int64_t t = p.t0 + (int64_t)k * U;
@@ -2329,8 +2339,8 @@ __global__ void __launch_bounds__(kBlock, kStreamBackwardBlocks) stream_bwd(conv
                 constexpr int N = stream_copies<T, CPT>::COPIES;
                 unsigned x_to[N], d_to[N];
                 const char *x_from[N], *d_from[N];
-                x_copies.whole_chunk(a.x, slot, x_to, x_from);
-                d_copies.whole_chunk(a.y, slot, d_to, d_from);
+                x_copies.chunk(a.x, slot, x_to, x_from);
+                d_copies.chunk(a.y, slot, d_to, d_from);
 #pragma unroll
                 for (int j = 0; j < N; j++) {
                     copy16_async_to(x_to[j], x_from[j]);
@@ -2338,8 +2348,8 @@ __global__ void __launch_bounds__(kBlock, kStreamBackwardBlocks) stream_bwd(conv
                 }
             } else {
                 const int64_t t = p.t0 + (int64_t)k * U;
-                x_copies.issue(a, a.x, t, slot, false);
-                d_copies.issue(a, a.y, t, slot, false);
+                x_copies.issue_part(a, a.x, t, slot);
+                d_copies.issue_part(a, a.y, t, slot);
             }
         };
         auto compute = [&](auto unchecked, int k, int slot) {
