@@ -41,9 +41,9 @@
 #
 # Time: every step has a limit, and the tests and sanitizers only get what is left after
 # keeping BENCH_RESERVE + PEERS_RESERVE seconds for the two benchmarks, so the script ends
-# within GPU_CHECK_SECONDS (default 480). With --no-peers every step fit in 341 s (build 96,
-# ctest 86, the sanitizers side by side 134); the peers took about 230 s more in an earlier
-# run, so a check with them wants GPU_CHECK_SECONDS near 590 (less leaves the sanitizers
+# within GPU_CHECK_SECONDS (default 480). With --no-peers every step fit in 309 s (build 81,
+# ctest 79, the sanitizers side by side 128); the peers took about 230 s more in an earlier
+# run, so a check with them wants GPU_CHECK_SECONDS near 560 (less leaves the sanitizers
 # short of time). The sanitizers run the whole conv1d test binary; to
 # sanitize part of it, set SANITIZE_FILTER to a Criterion --filter pattern (e.g. '*/fwd_*');
 # SANITIZE_OTHERS=0 leaves the other CUDA test binaries out of memcheck; BENCH_ARGS passes
