@@ -12,9 +12,9 @@
 //     a warp's steps go several to a block, side by side (in the forward, where it takes
 //     rows one to a block, rows of a warp's steps too).
 //   stream kernels (channel-last, C a multiple of 16 bytes, aligned): a warp takes 32 to 128
-//     neighbouring channels and walks a segment of up to 256 steps in order, the steps
-//     arriving through a per-warp ring in shared memory; each thread keeps its window of x
-//     (and g) in registers, so the K−1 halo is paid once per segment.
+//     neighbouring channels and walks a segment of up to 256 steps in order (up to 1024 in
+//     the backward), the steps arriving through a per-warp ring in shared memory; each thread
+//     keeps its window of x (and g) in registers, so the K−1 halo is paid once per segment.
 //   tile kernels (any other strides): a block stages a tile of 64 channels × 64 steps (plus
 //     the K−1 halo) in shared memory with 16-byte loads along C where it can, element by
 //     element where it cannot; each thread then walks 16 or 32 steps of its channels out of it.
