@@ -2294,8 +2294,8 @@ __global__ void __launch_bounds__(kBlock, kStreamForwardBlocks) stream_fwd(conv_
     };
     // Unchecked: chunks of the segment's own steps, in a warp wholly inside C (and an output
     // that takes whole pieces where they are staged).
-    const bool warp_inside_c = p.c0 + S::CHANNELS <= a.C && (!STAGED || plan.whole_pieces);
-    stream_walk<U, RING>(p.t0, p.end, a.L, p.t0, warp_inside_c ? p.end : p.t0, issue, compute);
+    const bool unchecked_allowed = p.c0 + S::CHANNELS <= a.C && (!STAGED || plan.whole_pieces);
+    stream_walk<U, RING>(p.t0, p.end, a.L, p.t0, unchecked_allowed ? p.end : p.t0, issue, compute);
 }
 
 // Each warp walks steps t0 … end + KB − 2: g = dout·act'(z) at every step, and at step t the
@@ -2402,8 +2402,8 @@ __global__ void __launch_bounds__(kBlock, kStreamBackwardBlocks) stream_bwd(conv
         // Unchecked: chunks whose steps are all the segment's own, each with a whole dx (from
         // t0 + KB − 1 on) away from the final states, in a warp wholly inside C (and a dx that
         // takes whole pieces where they are staged).
-        const bool warp_inside_c = p.c0 + S::CHANNELS <= a.C && (!STAGED || plan.whole_pieces);
-        const int64_t unchecked_end = !warp_inside_c ? p.t0 : p.end < final_from + KB - 1 ? p.end : final_from + KB - 1;
+        const bool unchecked_allowed = p.c0 + S::CHANNELS <= a.C && (!STAGED || plan.whole_pieces);
+        const int64_t unchecked_end = !unchecked_allowed ? p.t0 : p.end < final_from + KB - 1 ? p.end : final_from + KB - 1;
         stream_walk<U, RING>(p.t0, p.end + KB - 1, a.L, p.t0 + KB - 1, unchecked_end, issue, compute);
     }
     // The block's partials: its warps' segments summed in order, per channel (through the
@@ -2713,9 +2713,11 @@ tile_plan make_tile_plan(const conv_args &a, const tg_tensor *x, const tg_tensor
 // segment's start then costs (KB − 1)/256 of the work), shorter while the grid has fewer than
 // `wanted_blocks` (by default about 4096), down to 64 steps: on the short rows (8×1536×2048,
 // 32×768×1024 bf16) 64 measured 14–16% faster forward+backward than 32, and 128 (with 512 at
-// most) 2% slower than 64; the long rows did not move (bench/NOTES.md, v16).
+// most) 2% slower than 64; the long rows did not move (bench/NOTES.md, v16). `out` is the
+// kernel's output (out, or dx).
 template <typename T, int CPT>
-stream_plan make_stream_plan(const conv_args &a, int64_t longest_segment = 256, int64_t wanted_blocks = 4096)
+stream_plan make_stream_plan(const conv_args &a, const tg_tensor *out, int64_t longest_segment = 256,
+                             int64_t wanted_blocks = 4096)
 {
     using S = stream_shape<T, CPT>;
     constexpr int64_t kShortestSegment = 64;
@@ -2727,6 +2729,7 @@ stream_plan make_stream_plan(const conv_args &a, int64_t longest_segment = 256, 
     while (plan.seg_len > kShortestSegment && plan.channel_blocks * a.B * time_blocks(plan.seg_len) < wanted_blocks)
         plan.seg_len /= 2;
     plan.time_blocks = time_blocks(plan.seg_len);
+    plan.whole_pieces = channels_vectorisable(out, vec_width<T>());
     return plan;
 }
 
@@ -2894,8 +2897,7 @@ tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *fina
             }
         }
     } else if (streams_take<T, stream_forward_cpt<T, KB>()>(a, in->x, NULL, out)) {
-        stream_plan plan = make_stream_plan<T, stream_forward_cpt<T, KB>()>(a);
-        plan.whole_pieces = channels_vectorisable(out, vec_width<T>());
+        stream_plan plan = make_stream_plan<T, stream_forward_cpt<T, KB>()>(a, out);
         if (!fits_stream_grid(a, plan)) return too_large(a);
         stream_fwd<T, KB><<<stream_grid(a, plan), kBlock>>>(a, plan);
     } else {
@@ -3015,8 +3017,7 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
         // 2069 → 2081–2088 (bench/NOTES.md, v26). The blocks wanted fall as the segments grow
         // (4096, 2048, 1024), the pairs measured.
         constexpr int64_t kSegment = KB < 8 ? 256 : sizeof(T) == 2 ? 1024 : 512;
-        splan = make_stream_plan<T, stream_backward_cpt<T, KB>()>(a, kSegment, 4096 * 256 / kSegment);
-        splan.whole_pieces = channels_vectorisable(dx, vec_width<T>());
+        splan = make_stream_plan<T, stream_backward_cpt<T, KB>()>(a, dx, kSegment, 4096 * 256 / kSegment);
         parts = a.B * splan.time_blocks;
         if (!fits_stream_grid(a, splan)) return too_large(a);
     } else {
