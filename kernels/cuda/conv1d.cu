@@ -2099,10 +2099,25 @@ __device__ inline void stream_taps(const conv_args &a, const stream_place &p, fl
 }
 
 // The window's first KB − 1 values, x[t0 − KB + 1 … t0 − 1] (the history before step 0):
-// win[KB−1−i] = x[t − i] once step t's value is in win[KB−1].
+// win[KB−1−i] = x[t − i] once step t's value is in win[KB−1]. A segment that starts KB − 1
+// steps or more into its row reads them as KB − 1 channel words, all asked for before any is
+// used (a thread past C reads its warp's first channels': it writes nothing). Element by
+// element, with a branch around each load (x or the history), they had been (KB − 1)·CPT
+// round trips one after another at every segment's start: bf16 channel-last K = 16 fwd+bwd
+// 1906 → 1800 µs, K = 8 1177 → 1169, 8×1536×2048 K = 4 93.5 → 86.4 (bench/NOTES.md, v34).
 template <typename T, int KB, int CPT>
 __device__ inline void stream_window_start(const conv_args &a, const stream_place &p, float (&win)[KB][CPT])
 {
+    if (p.t0 >= KB - 1) { // the whole warp
+        const int64_t step = a.x.s2 * (int64_t)sizeof(T);
+        const char *at = (const char *)row_of<T>(a.x, p.b, p.inside_c ? p.c : p.c0) + (p.t0 - (KB - 1)) * step;
+        channel_word<T, CPT> words[KB - 1];
+#pragma unroll
+        for (int j = 0; j < KB - 1; j++) words[j] = *(const channel_word<T, CPT> *)(at + j * step);
+#pragma unroll
+        for (int j = 0; j < KB - 1; j++) unpack_word<T, CPT>(words[j], win[j + 1]);
+        return;
+    }
 #pragma unroll
     for (int j = 0; j < KB - 1; j++)
 #pragma unroll
@@ -2223,12 +2238,13 @@ __device__ inline channel_word<T, CPT> stream_word(const conv_args &a, const cha
 // steps lie before L) issued RING − 1 chunks before it is computed (compute(unchecked, k,
 // slot), called for k = 0, 1, … in order), into the slot the chunk before it was computed
 // from. `unchecked` is true for the chunks wholly inside [unchecked_from, unchecked_end),
-// whose steps need no test. Which chunks are whole and which unchecked is worked out once,
-// as 32-bit chunk counts (a segment is a few thousand steps at most), so that a chunk's
-// bookkeeping is three compares.
-template <int U, int RING, typename Issue, typename Compute>
+// whose steps need no test. start() runs once the first chunks' copies are issued, so that
+// the loads it makes (the window's first values) are in flight alongside them. Which chunks
+// are whole and which unchecked is worked out once, as 32-bit chunk counts (a segment is a few
+// thousand steps at most), so that a chunk's bookkeeping is three compares.
+template <int U, int RING, typename Issue, typename Start, typename Compute>
 __device__ inline void stream_walk(int64_t t0, int64_t last, int64_t L, int64_t unchecked_from, int64_t unchecked_end,
-                                   Issue issue, Compute compute)
+                                   Issue issue, Start start, Compute compute)
 {
     const int chunks = (int)((last - t0 + U - 1) / U);
     const int whole = L - t0 >= U ? (int)((L - t0) / U < chunks ? (L - t0) / U : chunks) : 0;
@@ -2239,6 +2255,7 @@ __device__ inline void stream_walk(int64_t t0, int64_t last, int64_t L, int64_t 
         if (k < chunks) issue(k, k, k < whole);
         copies_commit(); // one group per chunk, empty or not, so that the count below holds
     }
+    start();
     for (int k = 0; k < chunks; k++) {
         copies_wait_groups<RING - 2>(); // chunk k's group has landed (the RING − 2 after it may not have)
         // One warp barrier for two things: every lane's copies of chunk k have landed, and
@@ -2265,7 +2282,6 @@ __global__ void __launch_bounds__(kBlock, kStreamForwardBlocks) stream_fwd(conv_
     float wl[CPT][KB], bias[CPT];
     stream_taps<T, KB, CPT, false>(a, p, wl, bias);
     float win[KB][CPT];
-    stream_window_start<T, KB, CPT>(a, p, win);
     char(*slots)[U * S::ROW] = ring[p.warp];
     const int64_t y_step = a.y.s2 * (int64_t)sizeof(T);
     char *y_at = (char *)row_of<T>(a.y, p.b, p.inside_c ? p.c : p.c0) + p.t0 * y_step; // the chunk's first step
@@ -2295,7 +2311,8 @@ __global__ void __launch_bounds__(kBlock, kStreamForwardBlocks) stream_fwd(conv_
     // Unchecked: chunks of the segment's own steps, in a warp wholly inside C (and an output
     // that takes whole pieces where they are staged).
     const bool unchecked_allowed = p.c0 + S::CHANNELS <= a.C && (!STAGED || plan.whole_pieces);
-    stream_walk<U, RING>(p.t0, p.end, a.L, p.t0, unchecked_allowed ? p.end : p.t0, issue, compute);
+    auto start = [&] { stream_window_start<T, KB, CPT>(a, p, win); };
+    stream_walk<U, RING>(p.t0, p.end, a.L, p.t0, unchecked_allowed ? p.end : p.t0, issue, start, compute);
 }
 
 // Each warp walks steps t0 … end + KB − 2: g = dout·act'(z) at every step, and at step t the
@@ -2320,7 +2337,6 @@ __global__ void __launch_bounds__(kBlock, kStreamBackwardBlocks) stream_bwd(conv
         float wl[CPT][KB], bias[CPT]; // scaled by −log2 e, as in row_bwd
         stream_taps<T, KB, CPT, true>(a, p, wl, bias);
         float win[KB][CPT], gw[KB][CPT]; // win[KB−1−i] = x[t − i], gw[KB−1−i] = g[t − i]
-        stream_window_start<T, KB, CPT>(a, p, win);
 #pragma unroll
         for (int j = 0; j < KB; j++)
 #pragma unroll
@@ -2404,7 +2420,8 @@ __global__ void __launch_bounds__(kBlock, kStreamBackwardBlocks) stream_bwd(conv
         // takes whole pieces where they are staged).
         const bool unchecked_allowed = p.c0 + S::CHANNELS <= a.C && (!STAGED || plan.whole_pieces);
         const int64_t unchecked_end = !unchecked_allowed ? p.t0 : p.end < final_from + KB - 1 ? p.end : final_from + KB - 1;
-        stream_walk<U, RING>(p.t0, p.end + KB - 1, a.L, p.t0 + KB - 1, unchecked_end, issue, compute);
+        auto start = [&] { stream_window_start<T, KB, CPT>(a, p, win); };
+        stream_walk<U, RING>(p.t0, p.end + KB - 1, a.L, p.t0 + KB - 1, unchecked_end, issue, start, compute);
     }
     // The block's partials: its warps' segments summed in order, per channel (through the
     // ring, which no warp reads any more after the barrier).
