@@ -41,10 +41,10 @@
 #
 # Time: every step has a limit, and the tests and sanitizers only get what is left after
 # keeping BENCH_RESERVE + PEERS_RESERVE seconds for the two benchmarks, so the script ends
-# within GPU_CHECK_SECONDS (default 480). With --no-peers every step fit in 309 s (build 81,
-# ctest 79, the sanitizers side by side 128); the peers took about 230 s more in an earlier
-# run, so a check with them wants GPU_CHECK_SECONDS near 560 (less leaves the sanitizers
-# short of time). The sanitizers run the whole conv1d test binary; to
+# within GPU_CHECK_SECONDS (default 480). With --no-peers every step fit in 309–365 s (build
+# 81–106, ctest 79–102, the sanitizers side by side 128–135); the peers took about 230 s
+# more in an earlier run, so a check with them wants GPU_CHECK_SECONDS near 560 (less
+# leaves the sanitizers short of time). The sanitizers run the whole conv1d test binary; to
 # sanitize part of it, set SANITIZE_FILTER to a Criterion --filter pattern (e.g. '*/fwd_*');
 # SANITIZE_OTHERS=0 leaves the other CUDA test binaries out of memcheck; BENCH_ARGS passes
 # options to the benchmark (e.g. "--runs 30"); TG_COMMIT names the commit in the header when
