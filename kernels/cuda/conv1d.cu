@@ -2223,6 +2223,14 @@ template <typename T, int CPT> struct stream_stores {
     }
 };
 
+// Whether a warp may compute chunks unchecked at all: it lies wholly inside C, and where its
+// output is staged (stream_stores), that output takes whole pieces.
+template <typename T, int CPT>
+__device__ inline bool stream_unchecked_allowed(const conv_args &a, const stream_place &p, const stream_plan &plan)
+{
+    return p.c0 + stream_shape<T, CPT>::CHANNELS <= a.C && (!stream_stores<T, CPT>::PAYS || plan.whole_pieces);
+}
+
 // This thread's word of step t + r, from a ring slot (0 past L when CHECKED).
 template <typename T, int CPT, bool CHECKED>
 __device__ inline channel_word<T, CPT> stream_word(const conv_args &a, const char *slot, int64_t t, int r)
@@ -2308,9 +2316,8 @@ __global__ void __launch_bounds__(kBlock, kStreamForwardBlocks) stream_fwd(conv_
         if (!CHECKED && STAGED) y_stores.store(a.y, slots[slot], y_at);
         y_at += U * y_step;
     };
-    // Unchecked: chunks of the segment's own steps, in a warp wholly inside C (and an output
-    // that takes whole pieces where they are staged).
-    const bool unchecked_allowed = p.c0 + S::CHANNELS <= a.C && (!STAGED || plan.whole_pieces);
+    // Unchecked: chunks of the segment's own steps.
+    const bool unchecked_allowed = stream_unchecked_allowed<T, CPT>(a, p, plan);
     auto start = [&] { stream_window_start<T, KB, CPT>(a, p, win); };
     stream_walk<U, RING>(p.t0, p.end, a.L, p.t0, unchecked_allowed ? p.end : p.t0, issue, start, compute);
 }
@@ -2416,9 +2423,8 @@ __global__ void __launch_bounds__(kBlock, kStreamBackwardBlocks) stream_bwd(conv
             dx_at += U * dx_step;
         };
         // Unchecked: chunks whose steps are all the segment's own, each with a whole dx (from
-        // t0 + KB − 1 on) away from the final states, in a warp wholly inside C (and a dx that
-        // takes whole pieces where they are staged).
-        const bool unchecked_allowed = p.c0 + S::CHANNELS <= a.C && (!STAGED || plan.whole_pieces);
+        // t0 + KB − 1 on) away from the final states.
+        const bool unchecked_allowed = stream_unchecked_allowed<T, CPT>(a, p, plan);
         const int64_t unchecked_end = !unchecked_allowed ? p.t0 : p.end < final_from + KB - 1 ? p.end : final_from + KB - 1;
         auto start = [&] { stream_window_start<T, KB, CPT>(a, p, win); };
         stream_walk<U, RING>(p.t0, p.end + KB - 1, a.L, p.t0 + KB - 1, unchecked_end, issue, start, compute);
