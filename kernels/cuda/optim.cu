@@ -42,6 +42,17 @@ template <typename P, typename C> __device__ inline void store_param(const tg_op
 }
 
 // ---- AdamW and SGD ------------------------------------------------------------------------------------
+//
+// Every multiply-add is written out as one fused operation (fused) or as a rounded product
+// (product), never left to the compiler: it fuses a product with the add after it where it
+// sees fit, and did so differently in different instantiations (the bf16 update fused the
+// decay's product into the step's subtraction, the f32 one did not), so that a bf16 store's
+// master could differ from an f32 store's parameters by an ulp, and then round to another
+// bf16. Written out, every store dtype takes the same roundings.
+__device__ inline float fused(float a, float b, float c) { return fmaf(a, b, c); }
+__device__ inline double fused(double a, double b, double c) { return fma(a, b, c); }
+__device__ inline float product(float a, float b) { return __fmul_rn(a, b); }
+__device__ inline double product(double a, double b) { return __dmul_rn(a, b); }
 
 // p ← p·(1 − lr·wd); m ← β1·m + (1 − β1)·g; v ← β2·v + (1 − β2)·g²;
 // p ← p − lr · (m / (1 − β1^t)) / (√(v / (1 − β2^t)) + eps)
@@ -57,14 +68,13 @@ template <typename P, typename C> __global__ void adamw_kernel(tg_optim_update u
         const C lr = (C)u.groups.lr[range.group];
         const C decay = (C)(1.0 - u.groups.lr[range.group] * u.groups.weight_decay[range.group]);
         for (int64_t i = range.begin + threadIdx.x; i < range.begin + range.length; i += blockDim.x) {
-            C g = scale * (C)widen(grad[i]);
-            C mi = beta1 * m[i] + (1 - beta1) * g;
-            C vi = beta2 * v[i] + (1 - beta2) * g * g;
+            const C g = product(scale, (C)widen(grad[i]));
+            const C mi = fused(beta1, m[i], product(1 - beta1, g));
+            const C vi = fused(beta2, v[i], product(product(1 - beta2, g), g));
             m[i] = mi;
             v[i] = vi;
-            C p = load_param<P, C>(u, param, i) * decay;
-            p -= lr * (mi / bc1) / (tg_sqrt(vi / bc2) + eps);
-            store_param<P, C>(u, param, i, p);
+            const C step = product(lr, mi / bc1) / (tg_sqrt(vi / bc2) + eps);
+            store_param<P, C>(u, param, i, product(load_param<P, C>(u, param, i), decay) - step);
         }
     }
 }
@@ -80,14 +90,14 @@ template <typename P, typename C> __global__ void sgd_kernel(tg_optim_update u)
         const tg_optim_range range = u.ranges[r];
         const C lr = (C)u.groups.lr[range.group], wd = (C)u.groups.weight_decay[range.group];
         for (int64_t i = range.begin + threadIdx.x; i < range.begin + range.length; i += blockDim.x) {
-            C p = load_param<P, C>(u, param, i);
-            C g = scale * (C)widen(grad[i]) + wd * p, d = g;
+            const C p = load_param<P, C>(u, param, i);
+            C g = fused(scale, (C)widen(grad[i]), product(wd, p)), d = g;
             if (buffer) {
-                C b = momentum * buffer[i] + g;
+                const C b = fused(momentum, buffer[i], g);
                 buffer[i] = b;
-                d = u.nesterov ? g + momentum * b : b;
+                d = u.nesterov ? fused(momentum, b, g) : b;
             }
-            store_param<P, C>(u, param, i, p - lr * d);
+            store_param<P, C>(u, param, i, fused(-lr, d, p));
         }
     }
 }
