@@ -40,8 +40,8 @@ static void master_to_host(const tg_optim *opt, int64_t n, float *out)
 /* STEPS steps of the optimizer on a store of the device, from the given values and
  * per-step gradients (MICRO micro-batches' sum); the parameters after them into out, and
  * the master copy into master when it is not NULL. */
-static void run_with_master(tg_device device, tg_dtype dtype, const tg_optim_config *config, const double *values,
-                            double *const *grads, double *out, float *master)
+static void run(tg_device device, tg_dtype dtype, const tg_optim_config *config, const double *values,
+                double *const *grads, double *out, float *master)
 {
     tg_params *params = oc_store(dtype, device);
     oc_put(params, values, false);
@@ -59,12 +59,6 @@ static void run_with_master(tg_device device, tg_dtype dtype, const tg_optim_con
     tg_params_free(params);
 }
 
-static void run(tg_device device, tg_dtype dtype, const tg_optim_config *config, const double *values,
-                double *const *grads, double *out)
-{
-    run_with_master(device, dtype, config, values, grads, out, NULL);
-}
-
 static void compare(tg_optim_config config)
 {
     const tg_dtype dtypes[3] = {TG_F32, TG_BF16, TG_F64};
@@ -74,8 +68,8 @@ static void compare(tg_optim_config config)
         tg_params_free(shape);
         double *values = oc_random(n, 1.0, true), *grads[STEPS], *cpu = malloc((size_t)n * 8), *cuda = malloc((size_t)n * 8);
         for (int s = 0; s < STEPS; s++) grads[s] = oc_random(n, 2.0, true);
-        run(TG_DEVICE_CPU, dtypes[d], &config, values, grads, cpu);
-        run(TG_DEVICE_CUDA, dtypes[d], &config, values, grads, cuda);
+        run(TG_DEVICE_CPU, dtypes[d], &config, values, grads, cpu, NULL);
+        run(TG_DEVICE_CUDA, dtypes[d], &config, values, grads, cuda, NULL);
         double error = rel_error(cuda, cpu, n), limit = cu_tolerance(dtypes[d]);
         cr_assert(error <= limit, "%s %s: CUDA vs CPU relative error %g, limit %g (seed %llu)",
                   config.kind == TG_OPTIM_ADAMW ? "adamw" : "sgd", tg_dtype_name(dtypes[d]), error, limit,
@@ -149,8 +143,8 @@ static void check_master_follows(const tg_optim_config *config)
     double *values = oc_random(n, 1.0, true), *grads[STEPS], *low = malloc((size_t)n * 8), *full = malloc((size_t)n * 8);
     float *master = malloc((size_t)n * sizeof *master);
     for (int s = 0; s < STEPS; s++) grads[s] = oc_random(n, 1.0, true);
-    run_with_master(TG_DEVICE_CUDA, TG_BF16, config, values, grads, low, master);
-    run(TG_DEVICE_CUDA, TG_F32, config, values, grads, full);
+    run(TG_DEVICE_CUDA, TG_BF16, config, values, grads, low, master);
+    run(TG_DEVICE_CUDA, TG_F32, config, values, grads, full, NULL);
     const char *kind = config->kind == TG_OPTIM_ADAMW ? "adamw" : config->nesterov ? "nesterov sgd" : "sgd";
     for (int64_t i = 0; i < n; i++) {
         cr_assert(master[i] == (float)full[i], "%s, element %lld: master %.9g, the f32 run %.9g", kind, (long long)i,
@@ -186,8 +180,8 @@ Test(cuda_optim, steps_repeat_bit_for_bit)
     for (int s = 0; s < STEPS; s++) grads[s] = oc_random(n, 1.0, true);
     tg_optim_config config = tg_adamw_config(1e-2);
     config.max_grad_norm = 1.0;
-    run(TG_DEVICE_CUDA, TG_F32, &config, values, grads, first);
-    run(TG_DEVICE_CUDA, TG_F32, &config, values, grads, second);
+    run(TG_DEVICE_CUDA, TG_F32, &config, values, grads, first, NULL);
+    run(TG_DEVICE_CUDA, TG_F32, &config, values, grads, second, NULL);
     cr_assert(memcmp(first, second, (size_t)n * 8) == 0, "two identical CUDA runs differ");
     for (int s = 0; s < STEPS; s++) free(grads[s]);
     free(values), free(first), free(second);
