@@ -2022,9 +2022,19 @@ template <int KB, bool BACKWARD> __host__ __device__ constexpr int stream_ring()
 // fit without spills (bench/NOTES.md, v16).
 constexpr int kStreamForwardBlocks = 6, kStreamBackwardBlocks = 4;
 
+// A stream block's warps side by side across C (each with its own channels, at the same
+// steps), the rest one after another along L. The forward takes two across: its block then
+// asks for 2·ROW neighbouring bytes per step; bf16 channel-last K = 8 (16×1536×16384)
+// forward measured 440.2 → 436.6 µs and fwd+bwd 1168 → 1148 µs (the backward's unchecked
+// chunk also took another schedule then, same instructions), K ≤ 4 and f32 level
+// (bench/NOTES.md, after v34). The backward takes one: across C it measured slower at
+// K = 4, in f32 and on short rows, and its block sums need a block's warps on the same
+// channels.
+template <bool BACKWARD> __host__ __device__ constexpr int stream_warps_across() { return BACKWARD ? 1 : 2; }
+
 struct stream_plan {
     int64_t channel_blocks; // blocks across C
-    int64_t time_blocks;    // blocks along L, each LANES segments
+    int64_t time_blocks;    // blocks along L, each LANES / ACROSS segments (stream_warps_across)
     int64_t seg_len;        // steps per warp, a multiple of U
     bool whole_pieces;      // the output (out, dx) takes 16-byte stores (stream_stores)
 };
@@ -2064,24 +2074,27 @@ template <typename T, int CPT> __device__ inline channel_word<T, CPT> pack_word(
 }
 
 // Where a stream thread sits: channels c … c + CPT − 1 of batch b (c0: its warp's first),
-// steps t0 … end − 1 (its warp's segment, cut at L). A warp with t0 ≥ L has nothing to do;
-// a thread past C (`inside_c` false) walks with its warp but writes nothing.
+// steps t0 … end − 1 (its warp's segment, cut at L), its block's warps ACROSS side by side
+// across C. A warp with t0 ≥ L or c0 ≥ C has nothing to do; a thread past C (`inside_c`
+// false) walks with its warp but writes nothing.
 struct stream_place {
     int64_t b, c0, c, t0, end, time_block;
     int warp;
     bool inside_c;
 };
 
-template <typename T, int CPT> __device__ inline stream_place stream_place_of(const conv_args &a, const stream_plan &plan)
+template <typename T, int CPT, int ACROSS>
+__device__ inline stream_place stream_place_of(const conv_args &a, const stream_plan &plan)
 {
     using S = stream_shape<T, CPT>;
+    constexpr int ALONG = S::LANES / ACROSS;
     stream_place p;
     p.warp = threadIdx.x / 32;
     p.time_block = blockIdx.x / plan.channel_blocks;
     p.b = blockIdx.y;
-    p.c0 = blockIdx.x % plan.channel_blocks * S::CHANNELS;
+    p.c0 = (blockIdx.x % plan.channel_blocks * ACROSS + p.warp % ACROSS) * S::CHANNELS;
     p.c = p.c0 + threadIdx.x % 32 * S::CPT;
-    p.t0 = (p.time_block * S::LANES + p.warp) * plan.seg_len;
+    p.t0 = (p.time_block * ALONG + p.warp / ACROSS) * plan.seg_len;
     p.end = p.t0 + plan.seg_len < a.L ? p.t0 + plan.seg_len : a.L;
     p.inside_c = p.c < a.C;
     return p;
@@ -2285,8 +2298,8 @@ __global__ void __launch_bounds__(kBlock, kStreamForwardBlocks) stream_fwd(conv_
     constexpr int CPT = S::CPT, U = S::U;
     constexpr int RING = stream_ring<KB, false>();
     __shared__ alignas(16) char ring[S::LANES][RING][U * S::ROW];
-    const stream_place p = stream_place_of<T, CPT>(a, plan);
-    if (p.t0 >= a.L) return; // the whole warp
+    const stream_place p = stream_place_of<T, CPT, stream_warps_across<false>()>(a, plan);
+    if (p.t0 >= a.L || p.c0 >= a.C) return; // the whole warp
     float wl[CPT][KB], bias[CPT];
     stream_taps<T, KB, CPT, false>(a, p, wl, bias);
     float win[KB][CPT];
@@ -2334,13 +2347,14 @@ __global__ void __launch_bounds__(kBlock, kStreamBackwardBlocks) stream_bwd(conv
     using S = stream_shape<T, stream_backward_cpt<T, KB>()>;
     constexpr int CPT = S::CPT, U = S::U, RING = stream_ring<KB, true>();
     __shared__ alignas(16) char ring[S::LANES][2][RING][U * S::ROW]; // per warp: x, dout
-    const stream_place p = stream_place_of<T, CPT>(a, plan);
+    constexpr int ACROSS = stream_warps_across<true>(), ALONG = S::LANES / ACROSS;
+    const stream_place p = stream_place_of<T, CPT, ACROSS>(a, plan);
     float partial[CPT][KB + 1]; // dwl[0 … KB−1], dbias, times −ln 2
 #pragma unroll
     for (int q = 0; q < CPT; q++)
 #pragma unroll
         for (int i = 0; i <= KB; i++) partial[q][i] = 0.0f;
-    if (p.t0 < a.L) { // the whole warp
+    if (p.t0 < a.L && p.c0 < a.C) { // the whole warp
         float wl[CPT][KB], bias[CPT]; // scaled by −log2 e, as in row_bwd
         stream_taps<T, KB, CPT, true>(a, p, wl, bias);
         float win[KB][CPT], gw[KB][CPT]; // win[KB−1−i] = x[t − i], gw[KB−1−i] = g[t − i]
@@ -2430,7 +2444,8 @@ __global__ void __launch_bounds__(kBlock, kStreamBackwardBlocks) stream_bwd(conv
         stream_walk<U, RING>(p.t0, p.end + KB - 1, a.L, p.t0 + KB - 1, unchecked_end, issue, start, compute);
     }
     // The block's partials: its warps' segments summed in order, per channel (through the
-    // ring, which no warp reads any more after the barrier).
+    // ring, which no warp reads any more after the barrier); warp w sums the segments of
+    // the channels of warps w, w + ACROSS, ….
     __syncthreads();
     static_assert(sizeof(float) * S::LANES * (KB + 1) * S::CHANNELS <= sizeof(ring), "the partials fit in the ring");
     float(*sums)[KB + 1][S::CHANNELS] = (float(*)[KB + 1][S::CHANNELS])(void *)&ring[0][0][0][0];
@@ -2440,14 +2455,14 @@ __global__ void __launch_bounds__(kBlock, kStreamBackwardBlocks) stream_bwd(conv
 #pragma unroll
         for (int i = 0; i <= KB; i++) sums[p.warp][i][cg + q] = -kLog2e * partial[q][i];
     __syncthreads();
-    if (p.warp == 0 && p.inside_c) { // C is a multiple of CPT on this path
+    if (p.warp < ACROSS && p.inside_c) { // C is a multiple of CPT on this path
         const int64_t parts = a.B * plan.time_blocks, part = p.b * plan.time_blocks + p.time_block;
 #pragma unroll
         for (int q = 0; q < CPT; q++)
 #pragma unroll
             for (int i = 0; i <= KB; i++) {
                 float sum = 0.0f;
-                for (int l = 0; l < S::LANES; l++) sum += sums[l][i][cg + q];
+                for (int l = 0; l < ALONG; l++) sum += sums[l * ACROSS + p.warp][i][cg + q];
                 partial_to_workspace(ws, parts, part, p.c + q, KB + 1, i, sum);
             }
     }
@@ -2737,8 +2752,8 @@ tile_plan make_tile_plan(const conv_args &a, const tg_tensor *x, const tg_tensor
 // `wanted_blocks` (by default about 4096), down to 64 steps: on the short rows (8×1536×2048,
 // 32×768×1024 bf16) 64 measured 14–16% faster forward+backward than 32, and 128 (with 512 at
 // most) 2% slower than 64; the long rows did not move (bench/NOTES.md, v16). `out` is the
-// kernel's output (out, or dx).
-template <typename T, int CPT>
+// kernel's output (out, or dx). ACROSS: stream_warps_across.
+template <typename T, int CPT, int ACROSS>
 stream_plan make_stream_plan(const conv_args &a, const tg_tensor *out, int64_t longest_segment = 256,
                              int64_t wanted_blocks = 4096)
 {
@@ -2746,8 +2761,9 @@ stream_plan make_stream_plan(const conv_args &a, const tg_tensor *out, int64_t l
     constexpr int64_t kShortestSegment = 64;
     static_assert(kShortestSegment % S::U == 0, "segments of whole chunks");
     stream_plan plan = {};
-    plan.channel_blocks = (a.C + S::CHANNELS - 1) / S::CHANNELS;
-    auto time_blocks = [&](int64_t seg_len) { return (a.L + S::LANES * seg_len - 1) / (S::LANES * seg_len); };
+    constexpr int64_t ALONG = S::LANES / ACROSS;
+    plan.channel_blocks = (a.C + S::CHANNELS * ACROSS - 1) / (S::CHANNELS * ACROSS);
+    auto time_blocks = [&](int64_t seg_len) { return (a.L + ALONG * seg_len - 1) / (ALONG * seg_len); };
     plan.seg_len = longest_segment;
     while (plan.seg_len > kShortestSegment && plan.channel_blocks * a.B * time_blocks(plan.seg_len) < wanted_blocks)
         plan.seg_len /= 2;
@@ -2920,7 +2936,7 @@ tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *fina
             }
         }
     } else if (streams_take<T, stream_forward_cpt<T, KB>()>(a, in->x, NULL, out)) {
-        stream_plan plan = make_stream_plan<T, stream_forward_cpt<T, KB>()>(a, out);
+        stream_plan plan = make_stream_plan<T, stream_forward_cpt<T, KB>(), stream_warps_across<false>()>(a, out);
         if (!fits_stream_grid(a, plan)) return too_large(a);
         stream_fwd<T, KB><<<stream_grid(a, plan), kBlock>>>(a, plan);
     } else {
@@ -3040,7 +3056,7 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
         // 2069 → 2081–2088 (bench/NOTES.md, v26). The blocks wanted fall as the segments grow
         // (4096, 2048, 1024), the pairs measured.
         constexpr int64_t kSegment = KB < 8 ? 256 : sizeof(T) == 2 ? 1024 : 512;
-        splan = make_stream_plan<T, stream_backward_cpt<T, KB>()>(a, dx, kSegment, 4096 * 256 / kSegment);
+        splan = make_stream_plan<T, stream_backward_cpt<T, KB>(), stream_warps_across<true>()>(a, dx, kSegment, 4096 * 256 / kSegment);
         parts = a.B * splan.time_blocks;
         if (!fits_stream_grid(a, splan)) return too_large(a);
     } else {
