@@ -27,8 +27,9 @@
 // The kernels move many bytes and do little arithmetic, but with 16-bit data the arithmetic
 // per byte doubles, and instruction issue, not DRAM, becomes the limit (bench/NOTES.md has
 // the counter readings). So the per-element work is kept lean: the sigmoid is one ex2 and
-// one reciprocal (flush-to-zero forms, no subnormal fix-ups), the activation is chosen by a
-// select rather than a branch, and the row kernels do their 64-bit index maths once per row.
+// one reciprocal (flush-to-zero forms, no subnormal fix-ups), the 16-bit backward's slope of
+// SiLU one tanh and three FMAs (scaled_gradient), the activation is chosen by a select
+// rather than a branch, and the row kernels do their 64-bit index maths once per row.
 // In bf16 the row kernels' convolutions at larger K run as 16 × 16 tile products on the
 // tensor cores (section "bf16 on tensor cores"), whose cost does not grow with K.
 #include "kernels/conv1d.h"
@@ -156,30 +157,54 @@ __device__ inline float activation_slope(float z, bool silu)
     return silu ? s * (1.0f + z * (1.0f - s)) : 1.0f;
 }
 
-// The row backward's form, one multiply shorter. It takes zs = −z·log2 e, built from taps and
-// bias scaled by −log2 e, and returns act'(z)·(−ln 2), so that the scaled taps turn g·(−ln 2)
-// back into dx (Σ wl·g = Σ (−wl·log2 e)·(−g·ln 2)); the dw and dbias sums are scaled back once
-// at the end. With s' = −σ·ln 2 = 1 / ((1 + 2^zs)·(−1/ln 2)):
-//   act'(z)·(−ln 2) = s'·(1 + z·(1 − σ)) = s'·(1 − zs·(s' + ln 2)).
+// The backward kernels rebuild z from taps and bias scaled by a constant, carry g / scale
+// instead of g (the scaled taps turn it back into dx: Σ wl·g = Σ (scale·wl)·(g / scale)), and
+// scale the dw and dbias sums back once at the end. The scale is chosen so that the slope of
+// SiLU comes out in the fewest instructions:
+//   float32 storage: scale = −log2 e, zs = −z·log2 e, and with σ = 1 / (1 + 2^zs) from one ex2
+//     and one reciprocal, s' = −σ·ln 2 = 1 / ((1 + 2^zs)·(−1/ln 2)):
+//       g / scale = dout·act'(z)·(−ln 2) = dout·s'·(1 − zs·(s' + ln 2))        (7 instructions)
+//   16-bit storage: scale = 1/2, zh = z/2, and with th = tanh(zh) from one tanh.approx,
+//     σ = (1 + th)/2 and z·(1 − σ) = zh·(1 − th):
+//       g / scale = 2·dout·σ·(1 + z·(1 − σ)) = m·(1 + zh·(1 − th)), m = dout·(1 + th)
+//                                                                              (4 instructions)
+// The PTX ISA promises the tanh to about 2⁻¹¹; on the H200 it measured within 2⁻¹⁷ of tanh over
+// [−12, 12], and the slope 2·act'(z) within 1.8·10⁻⁵ for z in [−24, 24], far under the 2⁻⁹ at
+// which a 16-bit dx, dw or dbias is stored (the tests hold dx to one storage step). It cuts the
+// stream backward's unchecked bf16 K = 8 chunk from 579 to 530 instructions: bf16 channel-last
+// K = 8 (16×1536×16384) fwd+bwd 1149.3–1150.0 → 1134.8–1137.1 µs, K = 16 1801.5–1803.1 →
+// 1713.8–1725.8 (bench/NOTES.md, after v35). Float32 storage keeps the slope to float32
+// accuracy. Scaling by 1/2 is exact, so the 16-bit taps and bias lose nothing either.
 constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+template <typename T> __host__ __device__ constexpr float tap_scale()
+{
+    return sizeof(T) == 2 ? 0.5f : -kLog2e;
+}
 // SILU is a template parameter of the backward kernels: a select per step (and, without SiLU,
 // rebuilding z at all) is a measurable share of their instructions.
-template <bool SILU> __device__ inline float scaled_activation_slope(float zs)
+template <typename T, bool SILU> __device__ inline float scaled_gradient(float zs, float dout)
 {
-    if constexpr (!SILU) return -kLn2;
-    float e, s;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(zs));
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(s) : "f"(fmaf(e, -kLog2e, -kLog2e)));
-    return s * fmaf(-zs, s + kLn2, 1.0f);
+    if constexpr (!SILU) return dout * (sizeof(T) == 2 ? 2.0f : -kLn2); // 1 / tap_scale
+    if constexpr (sizeof(T) == 2) {
+        float th;
+        asm("tanh.approx.f32 %0, %1;" : "=f"(th) : "f"(zs));
+        const float m = fmaf(dout, th, dout);
+        return fmaf(m, fmaf(-zs, th, zs), m);
+    } else {
+        float e, s;
+        asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(zs));
+        asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(s) : "f"(fmaf(e, -kLog2e, -kLog2e)));
+        return dout * (s * fmaf(-zs, s + kLn2, 1.0f));
+    }
 }
 
-// The channel's taps (as load_taps) and bias, scaled by −log2 e for scaled_activation_slope.
+// The channel's taps (as load_taps) and bias, scaled by tap_scale for scaled_gradient.
 template <typename T, int KB> __device__ inline float load_scaled_taps(const conv_args &a, int64_t c, float (&wl)[KB])
 {
     const float bias = load_taps<T, KB>(a, c, wl);
 #pragma unroll
-    for (int i = 0; i < KB; i++) wl[i] *= -kLog2e;
-    return -kLog2e * bias;
+    for (int i = 0; i < KB; i++) wl[i] *= tap_scale<T>();
+    return tap_scale<T>() * bias;
 }
 
 template <typename T> __host__ __device__ constexpr int vec_width() { return 16 / (int)sizeof(T); }
@@ -1562,9 +1587,9 @@ __global__ void __launch_bounds__(kBlock) row_bwd(conv_args a, row_plan plan, fl
     const int offset = slot * stage.pitch + slot_thread * EPT;
     const T *const xs = stage.xs, *const ds = stage.ds;
     const int64_t final_from = final_states_from(a);
-    float wl[KB]; // taps and bias scaled by −log2 e (scaled_activation_slope)
+    float wl[KB]; // taps and bias scaled by tap_scale (scaled_gradient)
     float bias = 0.0f;
-    float partial[KB + 1]; // dwl[0 … KB−1], dbias, times −ln 2: sums over every span of the block
+    float partial[KB + 1]; // dwl[0 … KB−1], dbias, over tap_scale: sums over every span of the block
 #pragma unroll
     for (int i = 0; i <= KB; i++) partial[i] = 0.0f;
     auto compute = [&](row_span span, int buf) {
@@ -1577,11 +1602,11 @@ __global__ void __launch_bounds__(kBlock) row_bwd(conv_args a, row_plan plan, fl
         read_shared<T, EPT + H>(ds + buf * dn + offset, g);
         const float *xw = xv + H - (KB - 1);
 #pragma unroll
-        for (int j = 0; j < EPT + KB - 1; j++) { // g·(−ln 2) = dout · act'(z)·(−ln 2), z rebuilt from x
+        for (int j = 0; j < EPT + KB - 1; j++) { // g / tap_scale, z rebuilt from x
             float zs = bias;
 #pragma unroll
             for (int i = 0; i < KB; i++) zs += wl[i] * xw[KB - 1 + j - i];
-            g[j] *= scaled_activation_slope<SILU>(zs);
+            g[j] = scaled_gradient<T, SILU>(zs, g[j]);
         }
         // Steps past the end have g = 0, so they add nothing to the partials: no bounds test.
         float dx[EPT];
@@ -1610,7 +1635,7 @@ __global__ void __launch_bounds__(kBlock) row_bwd(conv_args a, row_plan plan, fl
     };
     walk_spans<kStages, SIDE_BY_SIDE>(run, plan, ready, stage, setup, compute);
 #pragma unroll
-    for (int i = 0; i <= KB; i++) partial[i] *= -kLog2e;
+    for (int i = 0; i <= KB; i++) partial[i] *= tap_scale<T>();
     write_block_sums<KB + 1>(a, partial, ws, plan.chunks, run.block_in_channel, c);
 }
 
@@ -1683,9 +1708,9 @@ __device__ inline void step_outputs(const float (&wl)[CPT][KB], const float (&bi
     }
 }
 
-// The backward's g at step t, times −ln 2 (taps and bias scaled by −log2 e, as in row_bwd),
+// The backward's g at step t, over tap_scale (taps and bias scaled by it, as in row_bwd),
 // into gw[KB − 1]; 0 where dout is.
-template <bool SILU, int KB, int CPT>
+template <typename T, bool SILU, int KB, int CPT>
 __device__ inline void step_gradient(const float (&wl)[CPT][KB], const float (&bias)[CPT], const float (&win)[KB][CPT],
                                      const float (&d_out)[CPT], float (&gw)[KB][CPT])
 {
@@ -1694,7 +1719,7 @@ __device__ inline void step_gradient(const float (&wl)[CPT][KB], const float (&b
         float zs = bias[q];
 #pragma unroll
         for (int i = 0; i < KB; i++) zs += wl[q][i] * win[KB - 1 - i][q];
-        gw[KB - 1][q] = d_out[q] * scaled_activation_slope<SILU>(zs);
+        gw[KB - 1][q] = scaled_gradient<T, SILU>(zs, d_out[q]);
     }
 }
 
@@ -1904,11 +1929,11 @@ __global__ void __launch_bounds__(kBlock) tile_bwd(conv_args a, tile_plan plan, 
     const int64_t c0 = (int64_t)blockIdx.y * kTileC, b = blockIdx.z, c = c0 + cg;
     const bool active = c < a.C;
     const int count = active ? (a.C - c < CPT ? (int)(a.C - c) : CPT) : 0;
-    float wl[CPT][KB], bias[CPT]; // scaled by −log2 e, as in row_bwd
+    float wl[CPT][KB], bias[CPT]; // scaled by tap_scale, as in row_bwd
 #pragma unroll
     for (int q = 0; q < CPT; q++) bias[q] = load_scaled_taps<T, KB>(a, c + q < a.C ? c + q : a.C - 1, wl[q]);
     const int64_t final_from = a.dfinal.p ? a.L - (a.K - 1) : a.L; // as in row_bwd
-    float partial[CPT][KB + 1]; // dwl[0 … KB−1], dbias, times −ln 2
+    float partial[CPT][KB + 1]; // dwl[0 … KB−1], dbias, over tap_scale
 #pragma unroll
     for (int q = 0; q < CPT; q++)
 #pragma unroll
@@ -1939,7 +1964,7 @@ __global__ void __launch_bounds__(kBlock) tile_bwd(conv_args a, tile_plan plan, 
             read_channels<T, CPT>(&xs[buf][r0 + s + KB - 1][cg], win[KB - 1]);
             float d_out[CPT];
             read_channels<T, CPT>(&ds[buf][r0 + s][cg], d_out); // 0 past the end
-            step_gradient<SILU>(wl, bias, win, d_out, gw);
+            step_gradient<T, SILU>(wl, bias, win, d_out, gw);
             if (s < LS) add_step_partials(gw[KB - 1], win, partial); // own steps (the later ones are the next lane's)
             if (s >= KB - 1) { // dx[u], u = s − (KB − 1)
                 const int u = s - (KB - 1);
@@ -1965,7 +1990,7 @@ __global__ void __launch_bounds__(kBlock) tile_bwd(conv_args a, tile_plan plan, 
 #pragma unroll
     for (int q = 0; q < CPT; q++)
 #pragma unroll
-        for (int i = 0; i <= KB; i++) sums[lane][i][cg + q] = -kLog2e * partial[q][i];
+        for (int i = 0; i <= KB; i++) sums[lane][i][cg + q] = tap_scale<T>() * partial[q][i];
     __syncthreads();
     if (lane == 0 && active) {
         const int64_t parts = a.B * plan.time_blocks, part = b * plan.time_blocks + blockIdx.x;
@@ -2349,13 +2374,13 @@ __global__ void __launch_bounds__(kBlock, kStreamBackwardBlocks) stream_bwd(conv
     __shared__ alignas(16) char ring[S::LANES][2][RING][U * S::ROW]; // per warp: x, dout
     constexpr int ACROSS = stream_warps_across<true>(), ALONG = S::LANES / ACROSS;
     const stream_place p = stream_place_of<T, CPT, ACROSS>(a, plan);
-    float partial[CPT][KB + 1]; // dwl[0 … KB−1], dbias, times −ln 2
+    float partial[CPT][KB + 1]; // dwl[0 … KB−1], dbias, over tap_scale
 #pragma unroll
     for (int q = 0; q < CPT; q++)
 #pragma unroll
         for (int i = 0; i <= KB; i++) partial[q][i] = 0.0f;
     if (p.t0 < a.L && p.c0 < a.C) { // the whole warp
-        float wl[CPT][KB], bias[CPT]; // scaled by −log2 e, as in row_bwd
+        float wl[CPT][KB], bias[CPT]; // scaled by tap_scale, as in row_bwd
         stream_taps<T, KB, CPT, true>(a, p, wl, bias);
         float win[KB][CPT], gw[KB][CPT]; // win[KB−1−i] = x[t − i], gw[KB−1−i] = g[t − i]
 #pragma unroll
@@ -2410,7 +2435,7 @@ __global__ void __launch_bounds__(kBlock, kStreamBackwardBlocks) stream_bwd(conv
                     float zs = bias[q];
 #pragma unroll
                     for (int i = 0; i < KB; i++) zs += wl[q][i] * win[KB - 1 - i][q];
-                    const float g = d_out[q] * scaled_activation_slope<SILU>(zs); // g·(−ln 2); 0 past L
+                    const float g = scaled_gradient<T, SILU>(zs, d_out[q]); // g / tap_scale; 0 past L
                     gw[KB - 1][q] = g;
                     const float g_own = own ? g : 0.0f;
                     partial[q][KB] += g_own;
@@ -2453,7 +2478,7 @@ __global__ void __launch_bounds__(kBlock, kStreamBackwardBlocks) stream_bwd(conv
 #pragma unroll
     for (int q = 0; q < CPT; q++)
 #pragma unroll
-        for (int i = 0; i <= KB; i++) sums[p.warp][i][cg + q] = -kLog2e * partial[q][i];
+        for (int i = 0; i <= KB; i++) sums[p.warp][i][cg + q] = tap_scale<T>() * partial[q][i];
     __syncthreads();
     if (p.warp < ACROSS && p.inside_c) { // C is a multiple of CPT on this path
         const int64_t parts = a.B * plan.time_blocks, part = p.b * plan.time_blocks + p.time_block;
