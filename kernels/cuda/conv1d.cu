@@ -2048,20 +2048,24 @@ template <int KB, bool BACKWARD> __host__ __device__ constexpr int stream_ring()
 constexpr int kStreamForwardBlocks = 6, kStreamBackwardBlocks = 4;
 
 // A stream block's warps side by side across C (each with its own channels, at the same
-// steps), the rest one after another along L. The forward takes two across: its block then
-// asks for 2·ROW neighbouring bytes per step; bf16 channel-last K = 8 (16×1536×16384)
+// steps), the rest one after another along L. The forward takes up to two across: its block
+// then asks for 2·ROW neighbouring bytes per step; bf16 channel-last K = 8 (16×1536×16384)
 // forward measured 440.2 → 436.6 µs and fwd+bwd 1168 → 1148 µs (the backward's unchecked
 // chunk also took another schedule then, same instructions), K ≤ 4 and f32 level
-// (bench/NOTES.md, after v34). The backward takes one: across C it measured slower at
-// K = 4, in f32 and on short rows, and its block sums need a block's warps on the same
-// channels.
-template <bool BACKWARD> __host__ __device__ constexpr int stream_warps_across() { return BACKWARD ? 1 : 2; }
+// (bench/NOTES.md, after v34). Where C's warp-wide channel groups do not pair up (one group,
+// or an odd count) it takes one, as the second warp would have no channels: the bf16 forward
+// with two measured 114.0 → 127.2 µs at 256×64×4096 K = 4 and 154.7 → 171.3 at 512×32×4096
+// K = 8, with this choice 113.7–114.0 and 153.9–154.5. The backward takes one: across C it
+// measured slower at K = 4, in f32 and on short rows, and its block sums need a block's warps
+// on the same channels.
+template <bool BACKWARD> __host__ __device__ constexpr int stream_most_warps_across() { return BACKWARD ? 1 : 2; }
 
 struct stream_plan {
     int64_t channel_blocks; // blocks across C
-    int64_t time_blocks;    // blocks along L, each LANES / ACROSS segments (stream_warps_across)
+    int64_t time_blocks;    // blocks along L, each LANES / across segments
     int64_t seg_len;        // steps per warp, a multiple of U
     bool whole_pieces;      // the output (out, dx) takes 16-byte stores (stream_stores)
+    int across;             // warps side by side across C in a block (stream_most_warps_across)
 };
 
 // CPT neighbouring values of T as one machine word (the unit a stream thread reads and writes).
@@ -2099,27 +2103,28 @@ template <typename T, int CPT> __device__ inline channel_word<T, CPT> pack_word(
 }
 
 // Where a stream thread sits: channels c … c + CPT − 1 of batch b (c0: its warp's first),
-// steps t0 … end − 1 (its warp's segment, cut at L), its block's warps ACROSS side by side
-// across C. A warp with t0 ≥ L or c0 ≥ C has nothing to do; a thread past C (`inside_c`
-// false) walks with its warp but writes nothing.
+// steps t0 … end − 1 (its warp's segment, cut at L), its block's warps `across` side by side
+// across C (plan.across; a constant where the kernel knows it, which the compiler folds). A
+// warp with t0 ≥ L or c0 ≥ C has nothing to do; a thread past C (`inside_c` false) walks with
+// its warp but writes nothing.
 struct stream_place {
     int64_t b, c0, c, t0, end, time_block;
     int warp;
     bool inside_c;
 };
 
-template <typename T, int CPT, int ACROSS>
-__device__ inline stream_place stream_place_of(const conv_args &a, const stream_plan &plan)
+template <typename T, int CPT>
+__device__ inline stream_place stream_place_of(const conv_args &a, const stream_plan &plan, int across)
 {
     using S = stream_shape<T, CPT>;
-    constexpr int ALONG = S::LANES / ACROSS;
+    const int along = S::LANES / across;
     stream_place p;
     p.warp = threadIdx.x / 32;
     p.time_block = blockIdx.x / plan.channel_blocks;
     p.b = blockIdx.y;
-    p.c0 = (blockIdx.x % plan.channel_blocks * ACROSS + p.warp % ACROSS) * S::CHANNELS;
+    p.c0 = (blockIdx.x % plan.channel_blocks * across + p.warp % across) * S::CHANNELS;
     p.c = p.c0 + threadIdx.x % 32 * S::CPT;
-    p.t0 = (p.time_block * ALONG + p.warp / ACROSS) * plan.seg_len;
+    p.t0 = (p.time_block * along + p.warp / across) * plan.seg_len;
     p.end = p.t0 + plan.seg_len < a.L ? p.t0 + plan.seg_len : a.L;
     p.inside_c = p.c < a.C;
     return p;
@@ -2323,7 +2328,7 @@ __global__ void __launch_bounds__(kBlock, kStreamForwardBlocks) stream_fwd(conv_
     constexpr int CPT = S::CPT, U = S::U;
     constexpr int RING = stream_ring<KB, false>();
     __shared__ alignas(16) char ring[S::LANES][RING][U * S::ROW];
-    const stream_place p = stream_place_of<T, CPT, stream_warps_across<false>()>(a, plan);
+    const stream_place p = stream_place_of<T, CPT>(a, plan, plan.across);
     if (p.t0 >= a.L || p.c0 >= a.C) return; // the whole warp
     float wl[CPT][KB], bias[CPT];
     stream_taps<T, KB, CPT, false>(a, p, wl, bias);
@@ -2372,8 +2377,8 @@ __global__ void __launch_bounds__(kBlock, kStreamBackwardBlocks) stream_bwd(conv
     using S = stream_shape<T, stream_backward_cpt<T, KB>()>;
     constexpr int CPT = S::CPT, U = S::U, RING = stream_ring<KB, true>();
     __shared__ alignas(16) char ring[S::LANES][2][RING][U * S::ROW]; // per warp: x, dout
-    constexpr int ACROSS = stream_warps_across<true>(), ALONG = S::LANES / ACROSS;
-    const stream_place p = stream_place_of<T, CPT, ACROSS>(a, plan);
+    constexpr int ACROSS = stream_most_warps_across<true>(), ALONG = S::LANES / ACROSS;
+    const stream_place p = stream_place_of<T, CPT>(a, plan, ACROSS);
     float partial[CPT][KB + 1]; // dwl[0 … KB−1], dbias, over tap_scale
 #pragma unroll
     for (int q = 0; q < CPT; q++)
@@ -2777,18 +2782,20 @@ tile_plan make_tile_plan(const conv_args &a, const tg_tensor *x, const tg_tensor
 // `wanted_blocks` (by default about 4096), down to 64 steps: on the short rows (8×1536×2048,
 // 32×768×1024 bf16) 64 measured 14–16% faster forward+backward than 32, and 128 (with 512 at
 // most) 2% slower than 64; the long rows did not move (bench/NOTES.md, v16). `out` is the
-// kernel's output (out, or dx). ACROSS: stream_warps_across.
-template <typename T, int CPT, int ACROSS>
-stream_plan make_stream_plan(const conv_args &a, const tg_tensor *out, int64_t longest_segment = 256,
+// kernel's output (out, or dx). most_across: stream_most_warps_across.
+template <typename T, int CPT>
+stream_plan make_stream_plan(const conv_args &a, const tg_tensor *out, int most_across, int64_t longest_segment = 256,
                              int64_t wanted_blocks = 4096)
 {
     using S = stream_shape<T, CPT>;
     constexpr int64_t kShortestSegment = 64;
     static_assert(kShortestSegment % S::U == 0, "segments of whole chunks");
     stream_plan plan = {};
-    constexpr int64_t ALONG = S::LANES / ACROSS;
-    plan.channel_blocks = (a.C + S::CHANNELS * ACROSS - 1) / (S::CHANNELS * ACROSS);
-    auto time_blocks = [&](int64_t seg_len) { return (a.L + ALONG * seg_len - 1) / (ALONG * seg_len); };
+    const int64_t groups = (a.C + S::CHANNELS - 1) / S::CHANNELS; // warp-wide channel groups
+    plan.across = groups % most_across == 0 ? most_across : 1;
+    const int64_t along = S::LANES / plan.across;
+    plan.channel_blocks = groups / plan.across;
+    auto time_blocks = [&](int64_t seg_len) { return (a.L + along * seg_len - 1) / (along * seg_len); };
     plan.seg_len = longest_segment;
     while (plan.seg_len > kShortestSegment && plan.channel_blocks * a.B * time_blocks(plan.seg_len) < wanted_blocks)
         plan.seg_len /= 2;
@@ -2961,7 +2968,7 @@ tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *fina
             }
         }
     } else if (streams_take<T, stream_forward_cpt<T, KB>()>(a, in->x, NULL, out)) {
-        stream_plan plan = make_stream_plan<T, stream_forward_cpt<T, KB>(), stream_warps_across<false>()>(a, out);
+        stream_plan plan = make_stream_plan<T, stream_forward_cpt<T, KB>()>(a, out, stream_most_warps_across<false>());
         if (!fits_stream_grid(a, plan)) return too_large(a);
         stream_fwd<T, KB><<<stream_grid(a, plan), kBlock>>>(a, plan);
     } else {
@@ -3081,7 +3088,8 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
         // 2069 → 2081–2088 (bench/NOTES.md, v26). The blocks wanted fall as the segments grow
         // (4096, 2048, 1024), the pairs measured.
         constexpr int64_t kSegment = KB < 8 ? 256 : sizeof(T) == 2 ? 1024 : 512;
-        splan = make_stream_plan<T, stream_backward_cpt<T, KB>(), stream_warps_across<true>()>(a, dx, kSegment, 4096 * 256 / kSegment);
+        splan = make_stream_plan<T, stream_backward_cpt<T, KB>()>(a, dx, stream_most_warps_across<true>(), kSegment,
+                                                           4096 * 256 / kSegment);
         parts = a.B * splan.time_blocks;
         if (!fits_stream_grid(a, splan)) return too_large(a);
     } else {
