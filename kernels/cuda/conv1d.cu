@@ -2041,6 +2041,11 @@ template <typename T, int CPT_> struct stream_shape {
 // 2040 → 1960 µs. Otherwise deeper rings were within 1%, forward and backward
 // (bench/NOTES.md, v25 and v26).
 template <int KB, bool BACKWARD> __host__ __device__ constexpr int stream_ring() { return BACKWARD && KB > 8 ? 6 : 4; }
+// A stream backward block's shared memory: per warp, a ring of 1 KB chunks for x and for dout.
+template <int KB> __host__ __device__ constexpr int stream_backward_ring_bytes()
+{
+    return kBlock / 32 * 2 * stream_ring<KB, true>() * 1024;
+}
 
 // Resident blocks per SM the stream kernels are compiled for (at most 65536 / (128·blocks)
 // registers per thread): 6 and 4 measured 1–2% faster than 8 and 5 at K ≤ 4, where those
@@ -2377,6 +2382,7 @@ __global__ void __launch_bounds__(kBlock, kStreamBackwardBlocks) stream_bwd(conv
     using S = stream_shape<T, stream_backward_cpt<T, KB>()>;
     constexpr int CPT = S::CPT, U = S::U, RING = stream_ring<KB, true>();
     __shared__ alignas(16) char ring[S::LANES][2][RING][U * S::ROW]; // per warp: x, dout
+    static_assert(sizeof(ring) == stream_backward_ring_bytes<KB>(), "the ring the carve-out is sized for");
     constexpr int ACROSS = stream_most_warps_across<true>(), ALONG = S::LANES / ACROSS;
     const stream_place p = stream_place_of<T, CPT>(a, plan, ACROSS);
     float partial[CPT][KB + 1]; // dwl[0 … KB−1], dbias, over tap_scale
@@ -2909,10 +2915,22 @@ tg_status launch_overlapped(const char *op, void (*kernel)(Params...), dim3 grid
 // at half, which leaves room for 7 of its blocks per SM instead of 10 (reserving shared
 // memory for 7 blocks gave the same at K ≤ 4). Why fewer blocks streaming rows at once pays
 // is not established (bench/NOTES.md, v13). A hint to the driver, so a failure is ignored.
-template <typename Kernel> void prefer_fewer_resident_blocks(Kernel kernel)
+template <typename Kernel> void prefer_fewer_resident_blocks(Kernel kernel, int carveout_percent = 50)
 {
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 50) != cudaSuccess)
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, carveout_percent) != cudaSuccess)
         (void)cudaGetLastError(); // clear it: the next launch check must not report it
+}
+
+// The carve-out (percent of an SM's most shared memory) that holds `blocks` blocks of
+// `block_bytes` each, with the runtime's reserve per block; the driver rounds it up to a
+// size it has, so that many blocks always fit.
+int carveout_for_blocks(int blocks, int block_bytes)
+{
+    const int most = tg_cuda_device_attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0);
+    const int reserve = tg_cuda_device_attribute(cudaDevAttrReservedSharedMemoryPerBlock, 1024);
+    if (most <= 0) return 100;
+    const int64_t wanted = (int64_t)blocks * (block_bytes + reserve);
+    return wanted >= most ? 100 : (int)((100 * wanted + most - 1) / most);
 }
 
 template <typename T, int KB>
@@ -3124,6 +3142,17 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
                                    rplan, ws);
     } else if (streams) {
         auto kernel = a.silu ? stream_bwd<T, KB, true> : stream_bwd<T, KB, false>;
+        // At K ≤ 4 its registers let five blocks onto an SM; four measured faster (bf16
+        // channel-last K = 4 fwd+bwd 1052.5–1053.1 → 1045.9–1046.0 µs, K = 2 1039.1–1039.9 →
+        // 1034.1–1035.4, f32 K = 4 2015.3–2016.8 → 2010.7–2011.0; K = 8, at four already,
+        // level; bench/NOTES.md, after v35): a carve-out for four blocks' rings keeps it there,
+        // and leaves the rest of the SM's memory to L1. Once per kernel, as above.
+        static bool carveout_set[2];
+        if (!carveout_set[a.silu]) {
+            const int block_bytes = stream_backward_ring_bytes<KB>();
+            prefer_fewer_resident_blocks(kernel, carveout_for_blocks(kStreamBackwardBlocks, block_bytes));
+            carveout_set[a.silu] = true;
+        }
         status = launch_overlapped(op, kernel, stream_grid(a, splan), dim3(kBlock), 0, a, splan, ws);
     } else {
         auto kernel = a.silu ? tile_bwd<T, KB, true> : tile_bwd<T, KB, false>;
