@@ -4,6 +4,7 @@
 #include "cuda_util.h"
 #include "kernels/conv1d.h"
 
+#include <math.h>
 #include <stdio.h>
 
 typedef enum { LAYOUT_CHANNEL_FIRST, LAYOUT_CHANNEL_LAST, LAYOUT_STRIDED, LAYOUT_MISALIGNED } layout;
@@ -574,6 +575,52 @@ Test(cuda_conv1d, gradients_are_bitwise_repeatable)
         for (int i = 0; i < C * K + C; i++) cr_assert_eq(first[i], again[i], "%s: gradient %d differs", layout_names[lay], i);
         tg_tape_free(tape);
     }
+}
+
+/* The 16-bit backward takes SiLU's slope from a hardware tanh (kernels/cuda/conv1d.cu,
+ * scaled_gradient). Its dx must still be silu'(z)·dout to within one step of the storage type
+ * (or 2^-14 near zero), element by element, over z from −24 to 24: through the row kernels
+ * (channel-first) and the stream kernels (channel-last), at K = 1, 4 and 8. The one tap at
+ * look-back 0 is 1, so z = x and dx = silu'(x)·dout exactly; the reference is in double. */
+Test(cuda_conv1d, silu_slope_of_the_16bit_backward_within_a_step)
+{
+    tt_require_cuda();
+    enum { B = 2, C = 64, L = 1024, N = B * C * L };
+    static float z[N], dout[N], dx[N];
+    const tg_dtype dtypes[2] = {TG_BF16, TG_F16};
+    const double step[2] = {0x1p-7, 0x1p-10}; /* relative spacing of bf16, f16 values */
+    const int64_t widths[3] = {1, 4, 8};
+    for (int di = 0; di < 2; di++)
+        for (int wi = 0; wi < 3; wi++)
+            for (int lay = 0; lay < 2; lay++) {
+                tg_tape *tape = tg_tape_create();
+                const tg_dtype dtype = dtypes[di];
+                const int64_t K = widths[wi];
+                for (int i = 0; i < N; i++) z[i] = (float)(-24.0 + 48.0 * i / (N - 1));
+                conv_case cc = {B, C, L, K, (layout)lay, dtype, false, true, false, false};
+                tg_tensor *x = x_in_layout(tape, &cc); /* random, then the sweep over it */
+                cr_assert_eq(tg_copy_from_host(x, z, TG_F32), TG_OK, "%s", tg_last_error());
+                tg_tensor *w = tg_zeros(tape, dtype, TG_DEVICE_CPU, 2, (int64_t[]){C, K});
+                for (int64_t c = 0; c < C; c++) tg_set(w, (int64_t[]){c, K - 1}, 1.0);
+                tg_tensor *d = tt_randn(tape, dtype, 3, (int64_t[]){B, C, L});
+                tg_tensor *xg = tt_cuda_twin(tape, x, true), *wg = tt_cuda_twin(tape, w, false);
+                tg_tensor *dg = tt_cuda_twin(tape, d, false);
+                tg_tensor *out = tg_causal_conv1d(tape, xg, wg, &(tg_causal_conv1d_options){NULL, NULL, TG_ACT_SILU, NULL});
+                cr_assert(out, "%s", tg_last_error());
+                cr_assert_eq(tg_backward_with_grad(tape, out, dg), TG_OK, "%s", tg_last_error());
+                /* z and dout as stored (rounded to the dtype), dx in logical (B, C, L) order */
+                cr_assert_eq(tg_copy_to_host(x, z, TG_F32), TG_OK);
+                cr_assert_eq(tg_copy_to_host(d, dout, TG_F32), TG_OK);
+                cr_assert_eq(tg_copy_to_host(xg->grad, dx, TG_F32), TG_OK, "%s", tg_last_error());
+                for (int i = 0; i < N; i++) {
+                    const double s = 1.0 / (1.0 + exp(-(double)z[i]));
+                    const double want = s * (1.0 + z[i] * (1.0 - s)) * dout[i];
+                    cr_assert(fabs(dx[i] - want) <= step[di] * fabs(want) + 0x1p-14,
+                              "%s %s K=%lld: dx at z = %.6g, dout = %.6g is %.9g, silu'(z)·dout = %.9g",
+                              tg_dtype_name(dtype), layout_names[lay], (long long)K, z[i], dout[i], dx[i], want);
+                }
+                tg_tape_free(tape);
+            }
 }
 
 Test(cuda_conv1d, mixed_devices_are_rejected)
