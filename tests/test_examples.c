@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #ifndef TG_EXAMPLES_DIR
-#define TG_EXAMPLES_DIR NULL /* a build without the examples: every test skips */
+#define TG_EXAMPLES_DIR "" /* a build without the examples: every test skips */
 #endif
 
 enum { MAX_ARGS = 64 };
@@ -31,7 +31,7 @@ static char dir[] = "/tmp/tg_examples_XXXXXX";
 
 static void setup(void)
 {
-    if (!TG_EXAMPLES_DIR) cr_skip_test("the examples are not built (TG_BUILD_EXAMPLES=OFF)");
+    if (!*TG_EXAMPLES_DIR) cr_skip_test("the examples are not built (TG_BUILD_EXAMPLES=OFF)");
     cr_assert_not_null(mkdtemp(dir), "mkdtemp failed");
 }
 
