@@ -173,7 +173,7 @@ __device__ inline float activation_slope(float z, bool silu)
 // which a 16-bit dx, dw or dbias is stored (the tests hold dx to one storage step). It cuts the
 // stream backward's unchecked bf16 K = 8 chunk from 579 to 530 instructions: bf16 channel-last
 // K = 8 (16×1536×16384) fwd+bwd 1149.3–1150.0 → 1134.8–1137.1 µs, K = 16 1801.5–1803.1 →
-// 1713.8–1725.8 (bench/NOTES.md, after v35). Float32 storage keeps the slope to float32
+// 1713.8–1725.8 (bench/NOTES.md, v35). Float32 storage keeps the slope to float32
 // accuracy. Scaling by 1/2 is exact, so the 16-bit taps and bias lose nothing either.
 constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 template <typename T> __host__ __device__ constexpr float tap_scale()
@@ -3145,7 +3145,7 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
         // At K ≤ 4 its registers let five blocks onto an SM; four measured faster (bf16
         // channel-last K = 4 fwd+bwd 1052.5–1053.1 → 1045.9–1046.0 µs, K = 2 1039.1–1039.9 →
         // 1034.1–1035.4, f32 K = 4 2015.3–2016.8 → 2010.7–2011.0; K = 8, at four already,
-        // level; bench/NOTES.md, after v35): a carve-out for four blocks' rings keeps it there,
+        // level; bench/NOTES.md, v35): a carve-out for four blocks' rings keeps it there,
         // and leaves the rest of the SM's memory to L1. Once per kernel, as above.
         static bool carveout_set[2];
         if (!carveout_set[a.silu]) {
