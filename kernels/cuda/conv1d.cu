@@ -2915,8 +2915,12 @@ tg_status launch_overlapped(const char *op, void (*kernel)(Params...), dim3 grid
 // at half, which leaves room for 7 of its blocks per SM instead of 10 (reserving shared
 // memory for 7 blocks gave the same at K ≤ 4). Why fewer blocks streaming rows at once pays
 // is not established (bench/NOTES.md, v13). A hint to the driver, so a failure is ignored.
-template <typename Kernel> void prefer_fewer_resident_blocks(Kernel kernel, int carveout_percent = 50)
+// Set once per kernel: `done` is the caller's static flag for it (a race at worst sets it
+// twice).
+template <typename Kernel> void prefer_fewer_resident_blocks(Kernel kernel, bool &done, int carveout_percent = 50)
 {
+    if (done) return;
+    done = true;
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, carveout_percent) != cudaSuccess)
         (void)cudaGetLastError(); // clear it: the next launch check must not report it
 }
@@ -2955,12 +2959,8 @@ tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *fina
             if (!fits_row_grid(a, plan)) return too_large(a);
             if constexpr (kMayStage) {
                 auto kernel = a.silu ? row_fwd_staged<T, KB, true> : row_fwd_staged<T, KB, false>;
-                // Once per kernel (forward_with is one per T, KB); a race at worst sets it twice.
-                static bool carveout_set[2];
-                if (!carveout_set[a.silu]) {
-                    prefer_fewer_resident_blocks(kernel);
-                    carveout_set[a.silu] = true;
-                }
+                static bool carveout_set[2]; // forward_with is one per T, KB
+                prefer_fewer_resident_blocks(kernel, carveout_set[a.silu]);
                 kernel<<<(unsigned)(a.C * plan.chunks), threads>>>(a, plan);
             }
         } else if (const int rows = forward_rows_side_by_side<T, KB>(a, in->x)) {
@@ -3146,13 +3146,10 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
         // channel-last K = 4 fwd+bwd 1052.5–1053.1 → 1045.9–1046.0 µs, K = 2 1039.1–1039.9 →
         // 1034.1–1035.4, f32 K = 4 2015.3–2016.8 → 2010.7–2011.0; K = 8, at four already,
         // level; bench/NOTES.md, v35): a carve-out for four blocks' rings keeps it there,
-        // and leaves the rest of the SM's memory to L1. Once per kernel, as above.
+        // and leaves the rest of the SM's memory to L1.
+        static const int carveout = carveout_for_blocks(kStreamBackwardBlocks, stream_backward_ring_bytes<KB>());
         static bool carveout_set[2];
-        if (!carveout_set[a.silu]) {
-            const int block_bytes = stream_backward_ring_bytes<KB>();
-            prefer_fewer_resident_blocks(kernel, carveout_for_blocks(kStreamBackwardBlocks, block_bytes));
-            carveout_set[a.silu] = true;
-        }
+        prefer_fewer_resident_blocks(kernel, carveout_set[a.silu], carveout);
         status = launch_overlapped(op, kernel, stream_grid(a, splan), dim3(kBlock), 0, a, splan, ws);
     } else {
         auto kernel = a.silu ? tile_bwd<T, KB, true> : tile_bwd<T, KB, false>;
