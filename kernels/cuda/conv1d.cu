@@ -1932,7 +1932,7 @@ __global__ void __launch_bounds__(kBlock) tile_bwd(conv_args a, tile_plan plan, 
     float wl[CPT][KB], bias[CPT]; // scaled by tap_scale, as in row_bwd
 #pragma unroll
     for (int q = 0; q < CPT; q++) bias[q] = load_scaled_taps<T, KB>(a, c + q < a.C ? c + q : a.C - 1, wl[q]);
-    const int64_t final_from = a.dfinal.p ? a.L - (a.K - 1) : a.L; // as in row_bwd
+    const int64_t final_from = final_states_from(a);
     float partial[CPT][KB + 1]; // dwl[0 … KB−1], dbias, over tap_scale
 #pragma unroll
     for (int q = 0; q < CPT; q++)
@@ -2398,7 +2398,7 @@ __global__ void __launch_bounds__(kBlock, kStreamBackwardBlocks) stream_bwd(conv
         for (int j = 0; j < KB; j++)
 #pragma unroll
             for (int q = 0; q < CPT; q++) gw[j][q] = 0.0f; // before t0: never part of a written dx
-        const int64_t final_from = a.dfinal.p ? a.L - (a.K - 1) : a.L; // as in row_bwd
+        const int64_t final_from = final_states_from(a);
         char(*x_slots)[U * S::ROW] = ring[p.warp][0];
         char(*d_slots)[U * S::ROW] = ring[p.warp][1];
         const int64_t dx_step = a.dx.s2 * (int64_t)sizeof(T);
