@@ -1,7 +1,9 @@
 /* bench/bench_cuda.c: the timing, the copy reference and small helpers of the CUDA
  * benchmarks (bench_cuda.h). */
+#define _POSIX_C_SOURCE 200809L /* dlopen, nanosleep */
 #include "bench/bench_cuda.h"
 
+#include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,6 +68,103 @@ bench_timing bench_timing_failed(const char *message)
     return t;
 }
 
+/* ---- the SM clock, through NVML ------------------------------------------------------------------- */
+
+/* The few NVML entry points used, declared here (their C interface is stable across drivers),
+ * so that the benchmarks need neither NVML's header nor its library at build time. */
+typedef struct nvml_device *nvml_device;
+enum { NVML_OK = 0, NVML_CLOCK_SM = 1 };
+#define NVML_REASON_POWER_CAP 0x4ull
+#define NVML_REASON_HW_SLOWDOWN 0x8ull
+#define NVML_REASON_SW_THERMAL 0x20ull
+#define NVML_REASON_HW_THERMAL 0x40ull
+#define NVML_REASON_POWER_BRAKE 0x80ull
+
+static struct {
+    bool tried, ok;
+    nvml_device device;
+    int (*clock_info)(nvml_device, int, unsigned int *);
+    int (*max_clock_info)(nvml_device, int, unsigned int *);
+    int (*reasons)(nvml_device, unsigned long long *);
+} nvml;
+
+/* Opens NVML once and finds the card CUDA device 0 is (by its PCI bus id); nvml.ok says
+ * whether it worked. */
+static void nvml_open(void)
+{
+    if (nvml.tried) return;
+    nvml.tried = true;
+    void *library = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!library) return;
+    int (*init)(void) = (int (*)(void))dlsym(library, "nvmlInit_v2");
+    int (*by_bus_id)(const char *, nvml_device *) =
+        (int (*)(const char *, nvml_device *))dlsym(library, "nvmlDeviceGetHandleByPciBusId_v2");
+    nvml.clock_info = (int (*)(nvml_device, int, unsigned int *))dlsym(library, "nvmlDeviceGetClockInfo");
+    nvml.max_clock_info = (int (*)(nvml_device, int, unsigned int *))dlsym(library, "nvmlDeviceGetMaxClockInfo");
+    nvml.reasons = (int (*)(nvml_device, unsigned long long *))dlsym(library, "nvmlDeviceGetCurrentClocksEventReasons");
+    if (!nvml.reasons) /* its name before driver 535 */
+        nvml.reasons = (int (*)(nvml_device, unsigned long long *))dlsym(library,
+                                                                          "nvmlDeviceGetCurrentClocksThrottleReasons");
+    char bus_id[32];
+    if (!init || !by_bus_id || !nvml.clock_info || init() != NVML_OK ||
+        cudaDeviceGetPCIBusId(bus_id, (int)sizeof bus_id, 0) != cudaSuccess || by_bus_id(bus_id, &nvml.device) != NVML_OK)
+        return;
+    nvml.ok = true;
+}
+
+double bench_max_sm_mhz(void)
+{
+    nvml_open();
+    unsigned int mhz = 0;
+    if (!nvml.ok || !nvml.max_clock_info || nvml.max_clock_info(nvml.device, NVML_CLOCK_SM, &mhz) != NVML_OK)
+        return NAN;
+    return mhz;
+}
+
+const char *bench_clock_reason_words(unsigned long long reasons)
+{
+    static const struct {
+        unsigned long long bit;
+        const char *word;
+    } names[] = {{NVML_REASON_POWER_CAP, "power cap"},
+                 {NVML_REASON_HW_SLOWDOWN, "hardware slowdown"},
+                 {NVML_REASON_SW_THERMAL | NVML_REASON_HW_THERMAL, "thermal"},
+                 {NVML_REASON_POWER_BRAKE, "power brake"}};
+    static char words[96];
+    words[0] = 0;
+    for (int i = 0; i < BENCH_COUNT_OF(names); i++)
+        if (reasons & names[i].bit)
+            snprintf(words + strlen(words), sizeof words - strlen(words), "%s%s", words[0] ? ", " : "", names[i].word);
+    return words;
+}
+
+#define CLOCK_SAMPLES_MAX 4096
+
+/* Waits for `done`, reading the SM clock about every millisecond meanwhile (the runs were all
+ * queued before, so the samples fall while they execute). */
+static cudaError_t wait_reading_clocks(cudaEvent_t done, bench_clocks *clocks)
+{
+    *clocks = (bench_clocks){.median_mhz = NAN, .min_mhz = NAN};
+    nvml_open();
+    static double mhz[CLOCK_SAMPLES_MAX];
+    int n = 0;
+    const struct timespec a_millisecond = {0, 1000000};
+    while (nvml.ok && n < CLOCK_SAMPLES_MAX && cudaEventQuery(done) == cudaErrorNotReady) {
+        unsigned int now = 0;
+        unsigned long long reasons = 0;
+        if (nvml.clock_info(nvml.device, NVML_CLOCK_SM, &now) == NVML_OK) mhz[n++] = now;
+        if (nvml.reasons && nvml.reasons(nvml.device, &reasons) == NVML_OK) clocks->reasons |= reasons;
+        nanosleep(&a_millisecond, NULL);
+    }
+    if (n > 0) {
+        bench_sort(mhz, n);
+        clocks->median_mhz = bench_quantile(mhz, n, 0.5);
+        clocks->min_mhz = mhz[0];
+        clocks->samples = n;
+    }
+    return cudaEventSynchronize(done);
+}
+
 /* How many timed runs fit the budget, given one warm-up run's time. */
 static int runs_for(const bench_policy *policy, double one_run_ms)
 {
@@ -104,7 +203,7 @@ bench_timing bench_time_runs(bench_run_fn run, const void *context, int sets, co
         if (run(context, set) != TG_OK) return bench_timing_failed(tg_last_error());
         cudaEventRecord(events[i + 1], 0);
     }
-    if (!bench_cuda_ok(cudaEventSynchronize(events[t.runs]), "timed runs"))
+    if (!bench_cuda_ok(wait_reading_clocks(events[t.runs], &t.clocks), "timed runs"))
         return bench_timing_failed("CUDA error in the timed runs");
     double us[BENCH_MAX_RUNS];
     sorted_intervals_us(t.runs, us);

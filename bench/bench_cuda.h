@@ -26,10 +26,21 @@ typedef struct {
     double budget_ms; /* device time one measurement should take at most */
 } bench_policy;
 
+/* The SM clock while a measurement's runs executed, read through NVML (the driver's
+ * management library, opened at run time, so that nothing links against it). A
+ * compute-bound kernel's time follows this clock, and cards of one kind do not all hold
+ * the same clock under load, so a row that sits near a target needs it beside its time. */
+typedef struct {
+    double median_mhz, min_mhz;  /* NaN where NVML is not there or gave no sample */
+    unsigned long long reasons;  /* NVML's clock event reasons seen in any sample (a bit mask) */
+    int samples;
+} bench_clocks;
+
 typedef struct {
     double median_us, q1_us, q3_us;
     int runs;
     bool ok;
+    bench_clocks clocks;
     char error[200]; /* why not ok, fit for one CSV field */
 } bench_timing;
 
@@ -49,6 +60,12 @@ bench_timing bench_timing_failed(const char *message);
 /* Device-to-device copy of 1 GiB, the median of `runs`, in GB/s of bytes read + written;
  * NaN (with a message) when it cannot run. */
 double bench_copy_bandwidth(tg_tape *tape, tg_rng *rng, int runs);
+
+/* The highest SM clock the card allows, in MHz (NaN without NVML). */
+double bench_max_sm_mhz(void);
+/* The reasons that lower clocks (bench_clocks.reasons) as words, e.g. "power cap, thermal";
+ * "" when none of them. Idle and the applications' clock setting are left out. */
+const char *bench_clock_reason_words(unsigned long long reasons);
 
 /* Enough input sets that their bytes exceed 4× the L2 cache: at least 2, at most max_sets. */
 int bench_sets_needed(size_t set_bytes, size_t l2_bytes, int max_sets);

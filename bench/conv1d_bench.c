@@ -25,6 +25,10 @@
  *     rotated over the same sets: "x copy" is that copy's time, a reference for what a
  *     pass moving the same bytes can reach at this size (the forward moves one x copy's
  *     bytes, forward + backward two and a half).
+ *   - The clock. While a row's runs execute, the SM clock is read about every millisecond
+ *     through NVML; "SM MHz" is the median over the forward + backward runs. Cards of one
+ *     kind hold different clocks under the same load, and an issue-bound kernel's time
+ *     follows the clock while a copy's does not, so a row's % copy depends on it.
  *   - Sanity. The outputs and gradients of the first set are filled with NaN before a
  *     row starts, so the check that they are all finite afterwards also catches elements
  *     that no kernel wrote.
@@ -207,8 +211,8 @@ static const char *finite_word(int64_t non_finite)
 
 static void print_header(void)
 {
-    printf("%-15s %-5s %-3s %2s %10s %7s %11s %7s %9s %9s %7s\n", "B x C x L", "dtype", "lay", "K", "fwd us",
-           "% copy", "fwd+bwd us", "% copy", "x copy us", "runs", "finite");
+    printf("%-15s %-5s %-3s %2s %10s %7s %11s %7s %9s %9s %7s %7s\n", "B x C x L", "dtype", "lay", "K", "fwd us",
+           "% copy", "fwd+bwd us", "% copy", "x copy us", "runs", "finite", "SM MHz");
 }
 
 static void print_row(const bench_row *r, double copy_gbps, FILE *csv)
@@ -220,20 +224,23 @@ static void print_row(const bench_row *r, double copy_gbps, FILE *csv)
     char shape[48];
     snprintf(shape, sizeof shape, "%lldx%lldx%lld", (long long)r->size.batch, (long long)r->size.channels,
              (long long)r->size.length);
-    printf("%-15s %-5s %-3s %2lld %10.1f %7.1f %11.1f %7.1f %9.1f %4d/%-4d %7s\n", shape, tg_dtype_name(r->dtype),
+    printf("%-15s %-5s %-3s %2lld %10.1f %7.1f %11.1f %7.1f %9.1f %4d/%-4d %7s %7.0f\n", shape, tg_dtype_name(r->dtype),
            layout_names[r->layout], (long long)r->width, r->fwd.ok ? r->fwd.median_us : NAN, fwd_pct,
            r->fwd_bwd.ok ? r->fwd_bwd.median_us : NAN, both_pct, r->x_copy_us, r->fwd.runs, r->fwd_bwd.runs,
-           finite_word(r->non_finite));
+           finite_word(r->non_finite), r->fwd_bwd.clocks.median_mhz);
+    const unsigned long long reasons = r->fwd.clocks.reasons | r->fwd_bwd.clocks.reasons;
+    if (*bench_clock_reason_words(reasons)) printf("    clocks held down by: %s\n", bench_clock_reason_words(reasons));
     if (!r->fwd.ok) printf("    forward failed: %s\n", r->fwd.error);
     if (!r->fwd_bwd.ok) printf("    forward+backward failed: %s\n", r->fwd_bwd.error);
     if (r->non_finite > 0) printf("    %lld non-finite or unwritten elements\n", (long long)r->non_finite);
     if (!csv) return;
     const char *status = !r->fwd.ok ? r->fwd.error : !r->fwd_bwd.ok ? r->fwd_bwd.error : r->non_finite != 0 ? "not finite" : "ok";
-    fprintf(csv, "%lld,%lld,%lld,%s,%s,%lld,%.2f,%.2f,%.2f,%d,%.1f,%.2f,%.2f,%.2f,%d,%.1f,%s,%.1f,%.2f,%s\n",
+    fprintf(csv, "%lld,%lld,%lld,%s,%s,%lld,%.2f,%.2f,%.2f,%d,%.1f,%.2f,%.2f,%.2f,%d,%.1f,%s,%.1f,%.2f,%.0f,%.0f,%.0f,%#llx,%s\n",
             (long long)r->size.batch, (long long)r->size.channels, (long long)r->size.length, tg_dtype_name(r->dtype),
             layout_names[r->layout], (long long)r->width, r->fwd.median_us, r->fwd.q1_us, r->fwd.q3_us, r->fwd.runs,
             fwd_pct, r->fwd_bwd.median_us, r->fwd_bwd.q1_us, r->fwd_bwd.q3_us, r->fwd_bwd.runs, both_pct,
-            finite_word(r->non_finite), copy_gbps, r->x_copy_us, status);
+            finite_word(r->non_finite), copy_gbps, r->x_copy_us, r->fwd.clocks.median_mhz, r->fwd_bwd.clocks.median_mhz,
+            r->fwd_bwd.clocks.min_mhz, reasons, status);
     fflush(csv);
 }
 
@@ -351,7 +358,8 @@ static FILE *open_csv(const char *path)
         return NULL;
     }
     fprintf(csv, "B,C,L,dtype,layout,K,fwd_us,fwd_q1_us,fwd_q3_us,fwd_runs,fwd_pct_copy,fwdbwd_us,fwdbwd_q1_us,"
-                 "fwdbwd_q3_us,fwdbwd_runs,fwdbwd_pct_copy,finite,copy_GBps,xcopy_us,status\n");
+                 "fwdbwd_q3_us,fwdbwd_runs,fwdbwd_pct_copy,finite,copy_GBps,xcopy_us,fwd_sm_mhz,fwdbwd_sm_mhz,"
+                 "fwdbwd_sm_mhz_min,clock_reasons,status\n");
     return csv;
 }
 
@@ -385,7 +393,9 @@ int main(int argc, char **argv)
     tg_memory_empty_cache();
     printf("device: %s, %d SMs, %.0f MiB L2; seed %llu; runs ≤ %d per measurement, budget %.0f ms\n", prop.name,
            prop.multiProcessorCount, prop.l2CacheSize / 1048576.0, (unsigned long long)seed, o.runs.max_runs, o.runs.budget_ms);
-    printf("copy bandwidth (device to device, 1 GiB, read + write): %.1f GB/s\n\n", copy_gbps);
+    printf("copy bandwidth (device to device, 1 GiB, read + write): %.1f GB/s\n", copy_gbps);
+    printf("SM clock: at most %.0f MHz; \"SM MHz\" is the median read while a row's forward + backward ran "
+           "(NVML; nan where it cannot be read)\n\n", bench_max_sm_mhz());
     print_header();
 
     bool device_ok = isfinite(copy_gbps);

@@ -303,9 +303,9 @@ by_key = {(p["peer"], p["B"], p["C"], p["L"], p["dtype"], p["layout"], p["K"]): 
 if not ours:
     print("no tapegrad benchmark rows")
     sys.exit(0)
-print("benchmark (median us; % of the measured copy bandwidth for the floor's bytes)")
+print("benchmark (median us; % of the measured copy bandwidth for the floor's bytes; MHz: the SM clock during tapegrad's fwd+bwd)")
 print(f"{'B x C x L':<14} {'dt':<4} {'ly':<2} {'K':>1} | {'tg fwd':>7} {'%':>3} {'tg f+b':>7} {'%':>3} "
-      f"| {'comp fwd':>8} {'comp f+b':>8} | {'cudnn fwd':>9} {'cudnn f+b':>9} | {'clone':>6} {'x copy':>6} {'ok':>3}")
+      f"| {'comp fwd':>8} {'comp f+b':>8} | {'cudnn fwd':>9} {'cudnn f+b':>9} | {'clone':>6} {'x copy':>6} {'MHz':>5} {'ok':>3}")
 for r in ours:
     key = (r["B"], r["C"], r["L"], r["dtype"], r["layout"])
     compiled = by_key.get(("compiled" if r["layout"] == "cf" else "compiled-cl",) + key + (r["K"],), {})
@@ -316,7 +316,8 @@ for r in ours:
     print(f"{r['B'] + 'x' + r['C'] + 'x' + r['L']:<14} {r['dtype']:<4} {r['layout']:<2} {r['K']:>1} | "
           f"{num(r, 'fwd_us'):>7} {pct('fwd_pct_copy'):>3} {num(r, 'fwdbwd_us'):>7} {pct('fwdbwd_pct_copy'):>3} | "
           f"{num(compiled, 'fwd_us'):>8} {num(compiled, 'fwdbwd_us'):>8} | "
-          f"{num(cudnn, 'fwd_us'):>9} {num(cudnn, 'fwdbwd_us'):>9} | {num(clone, 'fwd_us'):>6} {num(r, 'xcopy_us'):>6} {ok:>3}")
+          f"{num(cudnn, 'fwd_us'):>9} {num(cudnn, 'fwdbwd_us'):>9} | {num(clone, 'fwd_us'):>6} {num(r, 'xcopy_us'):>6} "
+          f"{num(r, 'fwdbwd_sm_mhz'):>5} {ok:>3}")
 copy = ours[0].get("copy_GBps", "")
 peer_copy = peers[0].get("copy_GBps", "") if peers else ""
 print(f"copy bandwidth: tapegrad run {copy} GB/s, peers run {peer_copy} GB/s")
