@@ -2051,6 +2051,14 @@ template <int KB> __host__ __device__ constexpr int stream_backward_ring_bytes()
 // registers per thread): 6 and 4 measured 1–2% faster than 8 and 5 at K ≤ 4, where those
 // fit without spills (bench/NOTES.md, v16).
 constexpr int kStreamForwardBlocks = 6, kStreamBackwardBlocks = 4;
+// The forward takes five where that measured faster on long rows (bench/NOTES.md, v37;
+// 16×1536×16384 channel-last): 16-bit K = 5–8, bf16 forward 439.8–440.3 → 434.5–435.0 µs
+// (fwd+bwd 1135.8–1137.5 → 1132.0–1132.5); f32 K = 9–16, 876.8–877.4 → 868.8–869.4. At
+// 16-bit K = 16 five measured 520.4 → 555.1 µs and eight 613.0, so it keeps six.
+template <typename T, int KB> __host__ __device__ constexpr int stream_forward_blocks()
+{
+    return (sizeof(T) == 2 && KB == 8) || (sizeof(T) == 4 && KB == 16) ? 5 : kStreamForwardBlocks;
+}
 
 // A stream block's warps side by side across C (each with its own channels, at the same
 // steps), the rest one after another along L. The forward takes up to two across: its block
@@ -2327,7 +2335,7 @@ __device__ inline void stream_walk(int64_t t0, int64_t last, int64_t L, int64_t 
 }
 
 template <typename T, int KB>
-__global__ void __launch_bounds__(kBlock, kStreamForwardBlocks) stream_fwd(conv_args a, stream_plan plan)
+__global__ void __launch_bounds__(kBlock, stream_forward_blocks<T, KB>()) stream_fwd(conv_args a, stream_plan plan)
 {
     using S = stream_shape<T, stream_forward_cpt<T, KB>()>;
     constexpr int CPT = S::CPT, U = S::U;
