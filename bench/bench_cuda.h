@@ -27,9 +27,9 @@ typedef struct {
 } bench_policy;
 
 /* The SM clock while a measurement's runs executed, read through NVML (the driver's
- * management library, opened at run time, so that nothing links against it). A
- * compute-bound kernel's time follows this clock, and cards of one kind do not all hold
- * the same clock under load, so a row that sits near a target needs it beside its time. */
+ * management library, opened at run time, so that nothing links against it). A kernel
+ * bound by instruction issue slows with this clock where a copy does not, so a row that
+ * sits near a target needs its clock beside its time. */
 typedef struct {
     double median_mhz, min_mhz;  /* NaN where NVML is not there or gave no sample */
     unsigned long long reasons;  /* NVML's clock event reasons seen in any sample (a bit mask) */

@@ -26,9 +26,9 @@
  *     pass moving the same bytes can reach at this size (the forward moves one x copy's
  *     bytes, forward + backward two and a half).
  *   - The clock. While a row's runs execute, the SM clock is read about every millisecond
- *     through NVML; "SM MHz" is the median over the forward + backward runs. Cards of one
- *     kind hold different clocks under the same load, and an issue-bound kernel's time
- *     follows the clock while a copy's does not, so a row's % copy depends on it.
+ *     through NVML; "SM MHz" is the median over the forward + backward runs. A kernel
+ *     bound by instruction issue slows with the clock where a copy does not, so a row's
+ *     % copy depends on it.
  *   - Sanity. The outputs and gradients of the first set are filled with NaN before a
  *     row starts, so the check that they are all finite afterwards also catches elements
  *     that no kernel wrote.
