@@ -44,7 +44,10 @@
 # within GPU_CHECK_SECONDS (default 480). With --no-peers every step fit in 309–365 s (build
 # 81–106, ctest 79–102, the sanitizers side by side 128–135); the peers took about 230 s
 # more in an earlier run, so a check with them wants GPU_CHECK_SECONDS near 560 (less
-# leaves the sanitizers short of time). The sanitizers run the whole conv1d test binary; to
+# leaves the sanitizers short of time). In a later run the scan peers alone took 223 s and
+# the conv1d peers at K = 4 64 s: at GPU_CHECK_SECONDS=585 the sanitizers got 110 s and
+# stopped short. Within one call of ten minutes, run the check with --no-peers and the
+# peers in a second call (--bench-only). The sanitizers run the whole conv1d test binary; to
 # sanitize part of it, set SANITIZE_FILTER to a Criterion --filter pattern (e.g. '*/fwd_*');
 # SANITIZE_OTHERS=0 leaves the other CUDA test binaries out of memcheck; BENCH_ARGS passes
 # options to the benchmark (e.g. "--runs 30"); TG_COMMIT names the commit in the header when
