@@ -160,7 +160,6 @@ static cudaError_t wait_reading_clocks(cudaEvent_t done, bench_clocks *clocks)
         bench_sort(mhz, n);
         clocks->median_mhz = bench_quantile(mhz, n, 0.5);
         clocks->min_mhz = mhz[0];
-        clocks->samples = n;
     }
     return cudaEventSynchronize(done);
 }

@@ -33,7 +33,6 @@ typedef struct {
 typedef struct {
     double median_mhz, min_mhz;  /* NaN where NVML is not there or gave no sample */
     unsigned long long reasons;  /* NVML's clock event reasons seen in any sample (a bit mask) */
-    int samples;
 } bench_clocks;
 
 typedef struct {

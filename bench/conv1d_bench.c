@@ -229,7 +229,8 @@ static void print_row(const bench_row *r, double copy_gbps, FILE *csv)
            r->fwd_bwd.ok ? r->fwd_bwd.median_us : NAN, both_pct, r->x_copy_us, r->fwd.runs, r->fwd_bwd.runs,
            finite_word(r->non_finite), r->fwd_bwd.clocks.median_mhz);
     const unsigned long long reasons = r->fwd.clocks.reasons | r->fwd_bwd.clocks.reasons;
-    if (*bench_clock_reason_words(reasons)) printf("    clocks held down by: %s\n", bench_clock_reason_words(reasons));
+    const char *held_by = bench_clock_reason_words(reasons);
+    if (*held_by) printf("    clocks held down by: %s\n", held_by);
     if (!r->fwd.ok) printf("    forward failed: %s\n", r->fwd.error);
     if (!r->fwd_bwd.ok) printf("    forward+backward failed: %s\n", r->fwd_bwd.error);
     if (r->non_finite > 0) printf("    %lld non-finite or unwritten elements\n", (long long)r->non_finite);
