@@ -181,6 +181,22 @@ Test(cuda_conv1d, bf16_rows_at_every_width)
         }
 }
 
+/* f32 channel-first rows at K = 9 … 16 with SiLU, where the float backward shares each span's
+ * g among its threads through shared memory and the block's last lanes build the K − 1 steps
+ * after the span: rows of several 1024-step spans ending inside a span and inside a vector,
+ * rows of exactly one span (staged whole), aligned and misaligned, with and without initial
+ * states. */
+Test(cuda_conv1d, f32_rows_with_silu_at_wide_widths)
+{
+    tt_require_cuda();
+    for (int64_t K = 9; K <= 16; K++)
+        for (int lay = 0; lay < 4; lay += 3) {
+            check_case((conv_case){2, 3, 3 * 1024 + 64 * K + 3, K, (layout)lay, TG_F32, K % 2 == 0, true, K % 3 == 0,
+                                   true});
+            check_case((conv_case){4, 2, 1024, K, (layout)lay, TG_F32, true, true, false, K % 2 == 1});
+        }
+}
+
 /* Channel-last 16-bit data with C a multiple of 8 at every K (the stream kernels: each warp
  * walks a segment of steps through a ring of chunks): the seams between segments, a row
  * ending inside a chunk, rows shorter than K, warps wholly and partly inside C, both 16-bit

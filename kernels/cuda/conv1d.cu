@@ -386,6 +386,14 @@ constexpr int kStages = 3;
 template <typename T, int KB> struct row_shape {
     static constexpr int V = vec_width<T>();
     static constexpr int EPT = row_ept<T>();
+    // The float backward (row_bwd) shares g through shared memory instead of rebuilding the
+    // K − 1 steps after each thread's EPT, at f32 K = 9–16, where those were two thirds of the
+    // z and g it built. f32 channel-first fwd+bwd at K = 16: 16×1536×16384 2748–2840 →
+    // 2249–2322 µs, 8×1536×2048 222.9–223.3 → 184.0–184.4, 32×768×1024 203.3–203.7 →
+    // 172.6–172.7. At K = 8 (7 rebuilt per 8) the block barrier costs more than it saves:
+    // 8×1536×2048 147.7–148.1 → 149.1–149.8 (bench/NOTES.md, v38). 16-bit data would need a
+    // float buffer for g beside its 16-bit dout.
+    static constexpr bool SHARED_SLOPES = sizeof(T) == 4 && KB == 16;
     static constexpr int HV = (KB - 1 + V - 1) / V; // halo vectors (at least K−1 steps) on a side
     static constexpr int H = HV * V;                 // halo steps on a side
     // Shared memory of the staged backward for spans of ch steps in `rows` slots: per stage,
@@ -1558,7 +1566,45 @@ template <typename T, int KB, int STAGES, bool SIDE_BY_SIDE = false> struct back
 // The last K−1 steps also get the final states' gradient: dfinal[j] is x[L − (K−1) + j]'s.
 __device__ inline int64_t final_states_from(const conv_args &a) { return a.dfinal.p ? a.L - (a.K - 1) : a.L; }
 
-// The float backward: each thread rebuilds z and g for its EPT steps and the K − 1 after them.
+// g[j] = dout[j] · act'(z[j]) / tap_scale for j < N, over dout in g, z rebuilt from xw (which
+// starts KB − 1 steps before g's first step).
+template <typename T, int KB, int N, bool SILU>
+__device__ inline void slopes_over_dout(const float (&wl)[KB], float bias, const float *xw, float *g)
+{
+#pragma unroll
+    for (int j = 0; j < N; j++) {
+        float zs = bias;
+#pragma unroll
+        for (int i = 0; i < KB; i++) zs += wl[i] * xw[KB - 1 + j - i];
+        g[j] = scaled_gradient<T, SILU>(zs, g[j]);
+    }
+}
+
+template <int N> __device__ inline void write_shared_floats(float *dst, const float *v)
+{
+    static_assert(N % 4 == 0, "whole vectors");
+#pragma unroll
+    for (int q = 0; q < N / 4; q++) *(float4 *)(dst + 4 * q) = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
+}
+
+// The g of the K − 1 steps after a span (the next span's first, or zeros past the row), which
+// its last threads' dx needs: one step each for the block's last lanes, over the dout staged
+// there. x is the span's buffer (from its first step − H), g its dout buffer, both f32.
+template <int KB, int H>
+__device__ inline void next_span_slopes(const float (&wl)[KB], float bias, int ch, const float *x, float *g)
+{
+    const int j = (int)threadIdx.x - ((int)blockDim.x - 32);
+    if (j < 0 || j >= KB - 1) return;
+    float zs = bias;
+#pragma unroll
+    for (int i = 0; i < KB; i++) zs += wl[i] * x[H + ch + j - i];
+    g[ch + j] = scaled_gradient<float, true>(zs, g[ch + j]);
+}
+
+// The float backward: each thread rebuilds z and g for its EPT steps and the K − 1 after them;
+// or, with SILU where row_shape::SHARED_SLOPES, for its own steps only, writes g over its dout
+// in the staged span and, after a block barrier, reads the K − 1 after them from its
+// neighbours' (the span's last K − 1 from the block's last lanes: next_span_slopes).
 // SIDE_BY_SIDE: spans of several whole rows (backward_stage), for rows shorter than a warp's
 // steps (rows_side_by_side).
 template <typename T, int KB, bool SILU, bool SIDE_BY_SIDE>
@@ -1568,6 +1614,7 @@ __global__ void __launch_bounds__(kBlock) row_bwd(conv_args a, row_plan plan, fl
     after_previous_kernels();
     using S = row_shape<T, KB>;
     constexpr int EPT = S::EPT, H = S::H;
+    constexpr bool SHARE_SLOPES = SILU && S::SHARED_SLOPES;
     __shared__ uint64_t ready[kStages];
     const row_run run = row_run_of<SIDE_BY_SIDE>(a, plan);
     const int64_t c = run.c;
@@ -1586,6 +1633,7 @@ __global__ void __launch_bounds__(kBlock) row_bwd(conv_args a, row_plan plan, fl
     }
     const int offset = slot * stage.pitch + slot_thread * EPT;
     const T *const xs = stage.xs, *const ds = stage.ds;
+    T *const gs = stage.ds; // g over the dout of a span, when the slopes are shared
     const int64_t final_from = final_states_from(a);
     float wl[KB]; // taps and bias scaled by tap_scale (scaled_gradient)
     float bias = 0.0f;
@@ -1594,19 +1642,31 @@ __global__ void __launch_bounds__(kBlock) row_bwd(conv_args a, row_plan plan, fl
     for (int i = 0; i <= KB; i++) partial[i] = 0.0f;
     auto compute = [&](row_span span, int buf) {
         const int64_t b = span.b + slot, t0 = (int64_t)span.index * ch + (int64_t)slot_thread * EPT;
-        if (t0 >= a.L || (SIDE_BY_SIDE && b >= a.B)) return;
-        // x over [t0 − H, t0 + EPT + H), of which xw = [t0 − (KB−1), t0 + EPT + KB − 1)
-        float xv[EPT + 2 * H];
+        const bool inside = t0 < a.L && !(SIDE_BY_SIDE && b >= a.B);
         float g[EPT + H]; // dout, then g, from t0; 0 past the end
-        read_shared<T, EPT + 2 * H>(xs + buf * xn + offset, xv);
-        read_shared<T, EPT + H>(ds + buf * dn + offset, g);
+        // x from t0 − H: to t0 + EPT when the slopes are shared, else to t0 + EPT + H (the K − 1
+        // steps after this thread's rebuilt as well). xw starts at t0 − (KB − 1).
+        float xv[SHARE_SLOPES ? EPT + H : EPT + 2 * H];
         const float *xw = xv + H - (KB - 1);
-#pragma unroll
-        for (int j = 0; j < EPT + KB - 1; j++) { // g / tap_scale, z rebuilt from x
-            float zs = bias;
-#pragma unroll
-            for (int i = 0; i < KB; i++) zs += wl[i] * xw[KB - 1 + j - i];
-            g[j] = scaled_gradient<T, SILU>(zs, g[j]);
+        if constexpr (SHARE_SLOPES) {
+            if (inside) {
+                read_shared<T, EPT + H>(xs + buf * xn + offset, xv);
+                read_shared<T, EPT>(ds + buf * dn + offset, g);
+                slopes_over_dout<T, KB, EPT, true>(wl, bias, xw, g);
+                write_shared_floats<EPT>(gs + buf * dn + offset, g);
+            }
+            if (!SIDE_BY_SIDE) next_span_slopes<KB, H>(wl, bias, ch, xs + buf * xn, gs + buf * dn);
+            // The next bulk copies into this buffer write where g now is: ordered after these
+            // writes by each writer's proxy fence, then the block barrier before they are issued.
+            async_copies_follow();
+            __syncthreads(); // every thread's g written
+            if (!inside) return;
+            read_shared<T, EPT + H>(ds + buf * dn + offset, g);
+        } else {
+            if (!inside) return;
+            read_shared<T, EPT + 2 * H>(xs + buf * xn + offset, xv);
+            read_shared<T, EPT + H>(ds + buf * dn + offset, g);
+            slopes_over_dout<T, KB, EPT + KB - 1, SILU>(wl, bias, xw, g);
         }
         // Steps past the end have g = 0, so they add nothing to the partials: no bounds test.
         float dx[EPT];
