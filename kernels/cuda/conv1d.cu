@@ -544,6 +544,16 @@ template <typename T> __device__ inline uint4 pack16(const float *v)
         return make_uint4(pack2(v[0], v[1], T()), pack2(v[2], v[3], T()), pack2(v[4], v[5], T()), pack2(v[6], v[7], T()));
 }
 
+// dst[j] = v[j] as T for j < N, written as 16-byte vectors (dst 16-byte aligned): read_shared's
+// counterpart.
+template <typename T, int N> __device__ inline void write_shared(T *dst, const float *v)
+{
+    constexpr int V = vec_width<T>();
+    static_assert(N % V == 0, "whole vectors");
+#pragma unroll
+    for (int q = 0; q < N / V; q++) *(uint4 *)(dst + q * V) = pack16<T>(v + q * V);
+}
+
 __device__ inline void store16(void *global, uint4 v)
 {
     asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(global), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
@@ -1580,13 +1590,6 @@ __device__ inline void slopes_over_dout(const float (&wl)[KB], float bias, const
     }
 }
 
-template <int N> __device__ inline void write_shared_floats(float *dst, const float *v)
-{
-    static_assert(N % 4 == 0, "whole vectors");
-#pragma unroll
-    for (int q = 0; q < N / 4; q++) *(float4 *)(dst + 4 * q) = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
-}
-
 // The g of the K − 1 steps after a span (the next span's first, or zeros past the row), which
 // its last threads' dx needs: one step each for the block's last lanes, over the dout staged
 // there. x is the span's buffer (from its first step − H), g its dout buffer, both f32.
@@ -1595,10 +1598,7 @@ __device__ inline void next_span_slopes(const float (&wl)[KB], float bias, int c
 {
     const int j = (int)threadIdx.x - ((int)blockDim.x - 32);
     if (j < 0 || j >= KB - 1) return;
-    float zs = bias;
-#pragma unroll
-    for (int i = 0; i < KB; i++) zs += wl[i] * x[H + ch + j - i];
-    g[ch + j] = scaled_gradient<float, true>(zs, g[ch + j]);
+    slopes_over_dout<float, KB, 1, true>(wl, bias, x + H + ch + j - (KB - 1), g + ch + j);
 }
 
 // The float backward: each thread rebuilds z and g for its EPT steps and the K − 1 after them;
@@ -1653,7 +1653,7 @@ __global__ void __launch_bounds__(kBlock) row_bwd(conv_args a, row_plan plan, fl
                 read_shared<T, EPT + H>(xs + buf * xn + offset, xv);
                 read_shared<T, EPT>(ds + buf * dn + offset, g);
                 slopes_over_dout<T, KB, EPT, true>(wl, bias, xw, g);
-                write_shared_floats<EPT>(gs + buf * dn + offset, g);
+                write_shared<T, EPT>(gs + buf * dn + offset, g);
             }
             if (!SIDE_BY_SIDE) next_span_slopes<KB, H>(wl, bias, ch, xs + buf * xn, gs + buf * dn);
             // The next bulk copies into this buffer write where g now is: ordered after these
