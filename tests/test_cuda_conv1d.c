@@ -383,6 +383,21 @@ Test(cuda_conv1d, long_aligned_16bit_rows_with_states)
                                    tt_randint(0, 1), tt_randint(0, 1), true, true});
 }
 
+/* Aligned f32 rows at K = 5–16 (from K = 9 on the staged forward's case, from full blocks of
+ * 1024 steps on): rows of one block's steps, of a few blocks' ending inside a span, and of
+ * more than 8192 steps; the history enters each row's first span. */
+Test(cuda_conv1d, aligned_f32_rows_at_wide_widths)
+{
+    tt_require_cuda();
+    for (int64_t K = 5; K <= 16; K++) {
+        check_case((conv_case){3, 4, 1024, K, LAYOUT_CHANNEL_FIRST, TG_F32, true, true, true, K % 2 == 0});
+        check_case((conv_case){2, 5, 1024 * tt_randint(1, 6) + 4 * tt_randint(1, 255), K, LAYOUT_CHANNEL_FIRST, TG_F32,
+                               tt_randint(0, 1), tt_randint(0, 1), tt_randint(0, 1), true});
+        check_case((conv_case){2, 3, 8192 + 4 * tt_randint(1, 700), K, LAYOUT_CHANNEL_FIRST, TG_F32, true,
+                               tt_randint(0, 1), true, tt_randint(0, 1)});
+    }
+}
+
 /* The bf16 tensor-core backward (K ≥ 5) sizes its grid to whole waves of resident blocks, so
  * a block may take more spans than a row has: on an H200 each block here takes its channel's
  * 12 spans of 4096 steps across all 4 rows, the last span of each row partly past its end. */

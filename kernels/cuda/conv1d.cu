@@ -645,15 +645,29 @@ __device__ inline void forward_window(const float (&wl)[KB], float bias, const f
 // a warp read theirs from memory (or the history). All 32 lanes must call this, also those
 // whose window lies past the row's end (they read nothing there: their result is unused).
 template <typename T, int KB, int EPT>
-__device__ inline void left_halo(const conv_args &a, const T *x, int64_t b, int64_t c, int64_t t0, const float *body,
-                                 float *halo)
+__device__ inline void left_halo(const conv_args &a, const T *x, bool vec_x, int64_t b, int64_t c, int64_t t0,
+                                 const float *body, float *halo)
 {
     const int lane = threadIdx.x % 32;
+    constexpr int V = vec_width<T>(), NV = (KB - 1 + V - 1) / V, LOADERS = (KB - 1 + EPT - 1) / EPT;
+    // From K = 8 on the first lanes take their steps before the warp's window as 16-byte
+    // vectors where the row allows, instead of one load and branch per step (f32 8×1536×2048
+    // forward at K = 8 57.0 → 56.1 µs, at K = 16 79.1 → 77.3; bench/NOTES.md, v39).
+    float before[NV * V]; // x[t0 − NV·V] … x[t0 − 1]
+    const bool vectors = KB >= 8 && lane < LOADERS && vec_x && t0 >= NV * V && t0 <= a.L;
+    if (vectors) {
+#pragma unroll
+        for (int q = 0; q < NV; q++) unpack16<T>(*(const uint4 *)(x + t0 - (NV - q) * V), before + q * V);
+    }
 #pragma unroll
     for (int m = 1; m < KB; m++) {
         const int q = (m + EPT - 1) / EPT; // step t0 − m is in lane − q's window, at EPT·q − m
         float v = __shfl_up_sync(0xffffffffu, body[EPT * q - m], q);
-        if (lane < q) v = t0 - m >= a.L ? 0.0f : t0 - m >= 0 ? tg_to_float(x[t0 - m]) : history_at<T>(a, b, c, t0 - m);
+        if (lane < q)
+            v = vectors          ? before[NV * V - m]
+                : t0 - m >= a.L ? 0.0f
+                : t0 - m >= 0   ? tg_to_float(x[t0 - m])
+                                : history_at<T>(a, b, c, t0 - m);
         halo[KB - 1 - m] = v;
     }
 }
@@ -716,7 +730,7 @@ __device__ inline void row_fwd_direct_passes(const conv_args &a, const row_plan 
         const int64_t t0 = base + (int64_t)threadIdx.x * EPT;
         float win[KB - 1 + EPT]; // x[t0 − (KB−1)] … x[t0 + EPT − 1]
         load_row<T, EPT>(x, plan.vec_x, a.L, t0, win + KB - 1);
-        left_halo<T, KB, EPT>(a, x, b, c, t0, win + KB - 1, win);
+        left_halo<T, KB, EPT>(a, x, plan.vec_x, b, c, t0, win + KB - 1, win);
         if (t0 >= a.L) continue;
         float out[EPT];
         forward_window<KB, EPT>(wl, bias, win, a.silu, out);
@@ -1297,10 +1311,11 @@ template <typename T, int KB> __host__ __device__ constexpr bool forward_on_tens
 
 // The staged forward, for long aligned 16-bit rows (at K = 8 its shared-memory halo beats the
 // direct forward's seven shuffles and first-lane loads per pass: 93% of copy bandwidth
-// against 73%, bench/NOTES.md v10). Its walk is a producer/consumer pipeline
-// without block-wide barriers: thread 0 stages each span (stage_span_alone) two ahead of the
-// one being computed, into one of four buffers, and before it reuses a buffer it waits until
-// every thread has said, on that buffer's `consumed` barrier, that it is done with it. A
+// against 73%, bench/NOTES.md v10) and for aligned f32 rows at K = 9–16 (forward_may_stage).
+// Its walk is a producer/consumer pipeline without block-wide barriers: thread 0 stages each
+// span (stage_span_alone) two ahead of the one being computed, into one of four buffers, and
+// before it reuses a buffer it waits until every thread has said, on that buffer's `consumed`
+// barrier, that it is done with it. A
 // thread that finishes a span goes on to the next as soon as that one has arrived, so the
 // warps of a block are not held in step (a block barrier per span measured 91% of the copy
 // bandwidth, this walk 92%, bench/NOTES.md). The backward keeps walk_spans: there the
@@ -2689,11 +2704,30 @@ bool channels_vectorisable(const tg_tensor *t, int cpt)
     return t->strides[1] == 1 && address % bytes == 0 && t->strides[0] % cpt == 0 && t->strides[2] % cpt == 0;
 }
 
-// In 16-bit storage, rows from this length on take the staged forward where the halo is
-// wide (K > 4: at K = 8, 93% of the copy bandwidth against 73% direct, bench/NOTES.md v10);
-// shorter rows, and every row at K ≤ 4, the direct one (16×1536×16384 bf16 at K = 2, 3, 4:
-// 391, 397, 404 µs against 408 µs staged, bench/NOTES.md v15).
+// Rows from this length on take the staged forward where the halo is wide (forward_may_stage;
+// 16-bit K > 4: at K = 8, 93% of the copy bandwidth against 73% direct, bench/NOTES.md v10);
+// shorter rows the direct one unless forward_stages_full_blocks, and every row at K ≤ 4
+// (16×1536×16384 bf16 at K = 2, 3, 4: 391, 397, 404 µs against 408 µs staged, v15). f32 at
+// K = 8 measured slower staged (772 → 795 µs; 8×1536×2048 55.9 → 58.0), and so did bf16 K = 8
+// at 8×1536×2048 from full blocks on (31.6 → 38.8; bench/NOTES.md, v40).
 constexpr int64_t kStagedForwardMinL = 8192;
+// Where the staged forward serves, and is compiled: 16-bit data from K = 5 on, and f32 at
+// K = 9–16, where the direct forward waits on its loads (Nsight, f32 16×1536×16384 K = 16:
+// 73% DRAM, `long_scoreboard` four times any other stall) with sixteen taps' work between
+// them: staged, that row's forward measured 912 → 797 µs (83.6% → 95.6% of the copy
+// bandwidth) and K = 12 910 → 796 (bench/NOTES.md, v40).
+template <typename T, int KB> __host__ __device__ constexpr bool forward_may_stage()
+{
+    return sizeof(T) == 2 ? KB > 4 : KB == 16;
+}
+// Whether it also takes rows shorter than kStagedForwardMinL, from full blocks on: on tensor
+// cores (L = 2048: 45 against 62 µs at 8×1536×2048, bf16 K = 16; with fewer threads per
+// block it measured slower, 77 against 64 µs at 32×768×1024) and in f32 (K = 16 forward
+// 77.4 → 59.0 µs at 8×1536×2048, 80.3 → 66.4 at 32×768×1024; bench/NOTES.md, v40).
+template <typename T, int KB> __host__ __device__ constexpr bool forward_stages_full_blocks()
+{
+    return forward_on_tensor_cores<T, KB>() || sizeof(T) == 4;
+}
 
 // Threads per block of the row kernels: kBlock, or fewer (whole warps) for a short row.
 int row_threads(int64_t L, int steps_per_thread)
@@ -3012,14 +3046,10 @@ tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *fina
     conv_args a = make_args(in, out, NULL, NULL);
     if (time_contiguous(in->x) && time_contiguous(out)) {
         const int threads = row_threads(a.L, row_ept<T>());
-        // The staged forward serves 16-bit data from K = 5 on (kStagedForwardMinL), and is
-        // compiled only there. On tensor cores it is the faster one from full blocks on
-        // (L = 2048: 45 against 62 µs at 8×1536×2048, K = 16); with fewer threads per block it
-        // measured slower (77 against 64 µs at 32×768×1024).
-        constexpr bool kMayStage = sizeof(T) == 2 && KB > 4;
+        constexpr bool kMayStage = forward_may_stage<T, KB>();
         bool staged = false;
         if constexpr (kMayStage)
-            staged = (a.L >= kStagedForwardMinL || (forward_on_tensor_cores<T, KB>() && threads == kBlock)) &&
+            staged = (a.L >= kStagedForwardMinL || (forward_stages_full_blocks<T, KB>() && threads == kBlock)) &&
                      rows_aligned(in->x, vec_width<T>());
         if (staged) {
             using S = row_shape<T, KB>;
