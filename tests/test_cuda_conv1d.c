@@ -398,14 +398,18 @@ Test(cuda_conv1d, aligned_f32_rows_at_wide_widths)
     }
 }
 
-/* The bf16 tensor-core backward (K ≥ 5) sizes its grid to whole waves of resident blocks, so
- * a block may take more spans than a row has: on an H200 each block here takes its channel's
- * 12 spans of 4096 steps across all 4 rows, the last span of each row partly past its end. */
-Test(cuda_conv1d, bf16_backward_blocks_across_rows)
+/* The bf16 tensor-core backward (K ≥ 5), and the f32 one at K = 9–16 with SiLU, size their
+ * grids to whole waves of resident blocks, so a block may take more spans than a row has: on
+ * an H200 each bf16 block here takes its channel's 12 spans of 4096 steps across all 4 rows,
+ * and each f32 block 12 of its 36 spans of 1024 steps, the last span of each row partly past
+ * its end. */
+Test(cuda_conv1d, backward_blocks_across_rows)
 {
     tt_require_cuda();
     check_case((conv_case){4, 300, 8200, 8, LAYOUT_CHANNEL_FIRST, TG_BF16, true, true, true, true});
     check_case((conv_case){3, 200, 4096 * 3 + 24, 16, LAYOUT_CHANNEL_FIRST, TG_BF16, true, true, true, true});
+    check_case((conv_case){4, 300, 8200, 16, LAYOUT_CHANNEL_FIRST, TG_F32, true, true, true, true});
+    check_case((conv_case){2, 150, 4096 * 3 + 20, 12, LAYOUT_CHANNEL_FIRST, TG_F32, false, true, false, true});
 }
 
 /* 64-bit indexing: bf16 tensors of more than 2^31 elements (6 GB and 4 GB), channel-first

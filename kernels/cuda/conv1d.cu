@@ -3182,9 +3182,13 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
         // The tensor-core backward's blocks end with costly partial sums: its grid fills whole
         // waves with long blocks (K = 8, 512 steps per warp pass then: fwd+bwd 1177 → 1127 µs).
         // The float backward measured slower that way (bf16 K = 4 1002 → 1032 µs, f32 1948 →
-        // 1975): 8 spans per block.
+        // 1975): 8 spans per block; except where it shares the slopes (f32 K = 9–16 with SiLU),
+        // whose 17 sums per thread at a block's end were 9% of its instructions with 8 spans
+        // per block (Nsight): whole waves there measured f32 16×1536×16384 K = 16 fwd+bwd
+        // 2288–2304 → 2141–2212 µs, 8×1536×2048 163.0–163.3 → 159.6 (bench/NOTES.md, v40).
+        const bool long_blocks = tensor_cores || (row_shape<T, KB>::SHARED_SLOPES && a.silu);
         int64_t resident = 0;
-        if (tensor_cores) resident = resident_blocks(row_kernel, threads, row_shared);
+        if (long_blocks) resident = resident_blocks(row_kernel, threads, row_shared);
         auto plan_rows = [&](bool whole_lists) {
             return make_row_plan<T>(a, in->x, dout, dx, threads, steps_per_thread, row_shape<T, KB>::H,
                                     row_shape<T, KB>::H, resident, span_rows, whole_lists);
