@@ -1315,11 +1315,10 @@ template <typename T, int KB> __host__ __device__ constexpr bool forward_on_tens
 // Its walk is a producer/consumer pipeline without block-wide barriers: thread 0 stages each
 // span (stage_span_alone) two ahead of the one being computed, into one of four buffers, and
 // before it reuses a buffer it waits until every thread has said, on that buffer's `consumed`
-// barrier, that it is done with it. A
-// thread that finishes a span goes on to the next as soon as that one has arrived, so the
-// warps of a block are not held in step (a block barrier per span measured 91% of the copy
-// bandwidth, this walk 92%, bench/NOTES.md). The backward keeps walk_spans: there the
-// pipeline measured slower.
+// barrier, that it is done with it. A thread that finishes a span goes on to the next as soon
+// as that one has arrived, so the warps of a block are not held in step (a block barrier per
+// span measured 91% of the copy bandwidth, this walk 92%, bench/NOTES.md). The backward keeps
+// walk_spans: there the pipeline measured slower.
 constexpr int kForwardStages = 4, kForwardAhead = 2;
 
 // Thread 0 alone stages x[first, first + count) of an aligned row (b, c) into dst: the whole
@@ -2713,7 +2712,7 @@ bool channels_vectorisable(const tg_tensor *t, int cpt)
 constexpr int64_t kStagedForwardMinL = 8192;
 // Where the staged forward serves, and is compiled: 16-bit data from K = 5 on, and f32 at
 // K = 9–16, where the direct forward waits on its loads (Nsight, f32 16×1536×16384 K = 16:
-// 73% DRAM, `long_scoreboard` four times any other stall) with sixteen taps' work between
+// 73% DRAM, `long_scoreboard` three times any other stall) with sixteen taps' work between
 // them: staged, that row's forward measured 912 → 797 µs (83.6% → 95.6% of the copy
 // bandwidth) and K = 12 910 → 796 (bench/NOTES.md, v40).
 template <typename T, int KB> __host__ __device__ constexpr bool forward_may_stage()
