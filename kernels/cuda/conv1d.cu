@@ -392,8 +392,9 @@ template <typename T, int KB> struct row_shape {
     // 2249–2322 µs, 8×1536×2048 222.9–223.3 → 184.0–184.4, 32×768×1024 203.3–203.7 →
     // 172.6–172.7. At K = 8 (7 rebuilt per 8) the block barrier costs more than it saves:
     // 8×1536×2048 147.7–148.1 → 149.1–149.8 (bench/NOTES.md, v38). 16-bit data would need a
-    // float buffer for g beside its 16-bit dout.
-    static constexpr bool SHARED_SLOPES = sizeof(T) == 4 && KB == 16;
+    // float buffer for g beside its 16-bit dout. Only with SiLU: without it g is dout times
+    // a constant, and nothing is rebuilt.
+    __host__ __device__ static constexpr bool shares_slopes(bool silu) { return silu && sizeof(T) == 4 && KB == 16; }
     static constexpr int HV = (KB - 1 + V - 1) / V; // halo vectors (at least K−1 steps) on a side
     static constexpr int H = HV * V;                 // halo steps on a side
     // Shared memory of the staged backward for spans of ch steps in `rows` slots: per stage,
@@ -1616,7 +1617,7 @@ __device__ inline void next_span_slopes(const float (&wl)[KB], float bias, int c
 }
 
 // The float backward: each thread rebuilds z and g for its EPT steps and the K − 1 after them;
-// or, with SILU where row_shape::SHARED_SLOPES, for its own steps only, writes g over its dout
+// or, where row_shape::shares_slopes, for its own steps only, writes g over its dout
 // in the staged span and, after a block barrier, reads the K − 1 after them from its
 // neighbours' (the span's last K − 1 from the block's last lanes: next_span_slopes).
 // SIDE_BY_SIDE: spans of several whole rows (backward_stage), for rows shorter than a warp's
@@ -1628,7 +1629,7 @@ __global__ void __launch_bounds__(kBlock) row_bwd(conv_args a, row_plan plan, fl
     after_previous_kernels();
     using S = row_shape<T, KB>;
     constexpr int EPT = S::EPT, H = S::H;
-    constexpr bool SHARE_SLOPES = SILU && S::SHARED_SLOPES;
+    constexpr bool SHARE_SLOPES = S::shares_slopes(SILU);
     __shared__ uint64_t ready[kStages];
     const row_run run = row_run_of<SIDE_BY_SIDE>(a, plan);
     const int64_t c = run.c;
@@ -3185,7 +3186,7 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
         // whose 17 sums per thread at a block's end were 9% of its instructions with 8 spans
         // per block (Nsight): whole waves there measured f32 16×1536×16384 K = 16 fwd+bwd
         // 2288–2304 → 2141–2212 µs, 8×1536×2048 163.0–163.3 → 159.6 (bench/NOTES.md, v40).
-        const bool long_blocks = tensor_cores || (row_shape<T, KB>::SHARED_SLOPES && a.silu);
+        const bool long_blocks = tensor_cores || row_shape<T, KB>::shares_slopes(a.silu);
         int64_t resident = 0;
         if (long_blocks) resident = resident_blocks(row_kernel, threads, row_shared);
         auto plan_rows = [&](bool whole_lists) {
