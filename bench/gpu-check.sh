@@ -27,6 +27,8 @@
 #   bench                    build/bench/conv1d_bench --csv $OUT/tapegrad.csv
 #   bench-short-rows         the same at 128x768x256, channel-first (rows shorter than a warp's
 #                            steps, which go side by side): --csv $OUT/short-rows.csv
+#   strided-copy             build/bench/strided_copy_bench: a plain copy walking a channel-last
+#                            tensor in the stream kernels' pattern, against the tensor's copy
 #   scan-bench               build/bench/scan_bench (CSV lines also in $OUT/scan.csv)
 #   mamba-memory             build/bench/mamba_memory --device cuda (B 8, L 2048, d_model 768)
 #   scan-peers               python3 bench/scan_peers.py (CSV lines also in $OUT/scan_peers.csv)
@@ -252,6 +254,9 @@ if [ -x build/bench/conv1d_bench ]; then
         --layout cf --csv "$OUT/short-rows.csv" ${BENCH_ARGS:-}
 else
     skip_step bench "build/bench/conv1d_bench not built"
+fi
+if [ -x build/bench/strided_copy_bench ]; then
+    run_step strided-copy "$(limit_for 30 "$PEERS_RESERVE")" build/bench/strided_copy_bench
 fi
 if [ -x build/bench/scan_bench ]; then
     run_step scan-bench "$(limit_for 120 "$PEERS_RESERVE")" build/bench/scan_bench
