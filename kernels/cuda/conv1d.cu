@@ -2889,8 +2889,9 @@ tile_plan make_tile_plan(const conv_args &a, const tg_tensor *x, const tg_tensor
 // segment's start then costs (KB − 1)/256 of the work), shorter while the grid has fewer than
 // `wanted_blocks` (by default about 4096), down to 64 steps: on the short rows (8×1536×2048,
 // 32×768×1024 bf16) 64 measured 14–16% faster forward+backward than 32, and 128 (with 512 at
-// most) 2% slower than 64; the long rows did not move (bench/NOTES.md, v16). `out` is the
-// kernel's output (out, or dx). most_across: stream_most_warps_across.
+// most) 2% slower than 64; the long rows did not move then (bench/NOTES.md, v16; the 16-bit
+// forward at K ≤ 8 has since measured faster at 64, stream_forward_longest_segment). `out` is
+// the kernel's output (out, or dx). most_across: stream_most_warps_across.
 template <typename T, int CPT>
 stream_plan make_stream_plan(const conv_args &a, const tg_tensor *out, int most_across, int64_t longest_segment = 256,
                              int64_t wanted_blocks = 4096)
@@ -2910,6 +2911,22 @@ stream_plan make_stream_plan(const conv_args &a, const tg_tensor *out, int most_
     plan.time_blocks = time_blocks(plan.seg_len);
     plan.whole_pieces = channels_vectorisable(out, vec_width<T>());
     return plan;
+}
+
+// The forward's longest segment: 64 steps for 16-bit data at K ≤ 8, where it measured faster
+// than 256 (bf16 channel-last 16×1536×16384, forward µs, 256 → 128 → 64 steps: K = 8 435.3 →
+// 430.1 → 405.8, fwd+bwd 1132.2 → 1103.1; K = 4 421.7 → 422.5 → 411.1; K = 2 418.2 → 418.3
+// → 404.9; the short rows level; bench/NOTES.md, v41). The kernel's work grows (each segment
+// loads its window's K − 1 steps, one round trip since v34); what shorter segments buy is in
+// the memory system: a plain copy that walks a channel-last tensor the same way
+// (bench/strided_copy.cu), in pieces of 128 (256) bytes per step, measured 419.6 (406.8) µs
+// in segments of 64 steps and 431.7 (418.1) in segments of 256, against 384.5 for the
+// tensor's copy. At 16-bit K = 16 (a
+// thread's one channel, 15 window loads) 64 steps measured 520.3 → 591.6 µs and 128 541.7;
+// f32 at K = 8 821 → 831 (K = 4 813.5 → 811.0): they keep 256.
+template <typename T, int KB> constexpr int64_t stream_forward_longest_segment()
+{
+    return sizeof(T) == 2 && KB <= 8 ? 64 : 256;
 }
 
 // The stream kernels copy x (and dout) in 16-byte pieces of channels and write whole channel
@@ -3084,7 +3101,8 @@ tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *fina
             }
         }
     } else if (streams_take<T, stream_forward_cpt<T, KB>()>(a, in->x, NULL, out)) {
-        stream_plan plan = make_stream_plan<T, stream_forward_cpt<T, KB>()>(a, out, stream_most_warps_across<false>());
+        stream_plan plan = make_stream_plan<T, stream_forward_cpt<T, KB>()>(a, out, stream_most_warps_across<false>(),
+                                                                         stream_forward_longest_segment<T, KB>());
         if (!fits_stream_grid(a, plan)) return too_large(a);
         stream_fwd<T, KB><<<stream_grid(a, plan), kBlock>>>(a, plan);
     } else {
