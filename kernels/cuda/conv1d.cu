@@ -2919,11 +2919,11 @@ stream_plan make_stream_plan(const conv_args &a, const tg_tensor *out, int most_
 // → 404.9; the short rows level; bench/NOTES.md, v41). The kernel's work grows (each segment
 // loads its window's K − 1 steps, one round trip since v34); what shorter segments buy is in
 // the memory system: a plain copy that walks a channel-last tensor the same way
-// (bench/strided_copy.cu), in pieces of 128 (256) bytes per step, measured 419.6 (406.8) µs
-// in segments of 64 steps and 431.7 (418.1) in segments of 256, against 384.5 for the
-// tensor's copy. At 16-bit K = 16 (a
-// thread's one channel, 15 window loads) 64 steps measured 520.3 → 591.6 µs and 128 541.7;
-// f32 at K = 8 821 → 831 (K = 4 813.5 → 811.0): they keep 256.
+// (bench/strided_copy.cu, blocks of 256 threads) measured 419.8 µs in segments of 64 steps
+// against 431.0 in segments of 256 with 128-byte pieces per step, 406.4 against 417.0 with
+// 256-byte ones, and 383.2 for the tensor's own copy. At 16-bit K = 16 (a thread's one
+// channel, 15 window loads per segment) 64 steps measured 520.3 → 591.6 µs and 128 541.7; f32
+// at K = 8 821 → 831 (K = 4 813.5 → 811.0): they keep 256.
 template <typename T, int KB> constexpr int64_t stream_forward_longest_segment()
 {
     return sizeof(T) == 2 && KB <= 8 ? 64 : 256;
