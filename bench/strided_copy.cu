@@ -41,6 +41,31 @@ __global__ void copy_pieces(const uint4 *in, uint4 *out, long long rows, int row
         out[r * row_vectors + column] = __ldcs(in + r * row_vectors + column);
 }
 
+// The same walk for a kernel whose warps each take a narrow piece of the rows (PIECE bytes,
+// the block's warps side by side across them) and read 16 streams of time at once: a warp's
+// segment of 16·stream_len rows is 16 streams of stream_len rows, and each pass copies 8
+// rows of every stream (the shape of a tensor-core tile whose 16 rows are streams of one
+// channel). No block barrier: the warps drift apart as they will.
+template <int PIECE>
+__global__ void copy_streams(const uint4 *in, uint4 *out, long long rows, int row_vectors, int stream_len)
+{
+    constexpr int kStreams = 16, kStepsPerPass = 8;
+    constexpr int kLanesPerRow = PIECE / 16, kRowsPerLoad = 32 / kLanesPerRow;
+    const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int block_pieces = row_vectors / (kLanesPerRow * warps); // blocks across a row
+    const long long segment = (long long)kStreams * stream_len;
+    const long long first = blockIdx.x / block_pieces * segment;
+    const int column = (blockIdx.x % block_pieces * warps + warp) * kLanesPerRow + lane % kLanesPerRow;
+    for (int pass = 0; pass < stream_len / kStepsPerPass; pass++)
+#pragma unroll
+        for (int i = 0; i < kStreams * kStepsPerPass / kRowsPerLoad; i++) {
+            const int row = lane / kLanesPerRow + i * kRowsPerLoad; // of the pass's 128
+            const long long r = first + (long long)(row / kStepsPerPass) * stream_len + pass * kStepsPerPass +
+                                row % kStepsPerPass;
+            out[r * row_vectors + column] = __ldcs(in + r * row_vectors + column);
+        }
+}
+
 // Median of `runs` timings (µs) of launch(), after one warm-up.
 template <typename Launch> float median_us(int runs, Launch launch)
 {
@@ -87,6 +112,23 @@ template <int PIECE> void report(const uint4 *in, uint4 *out, long long rows, in
         }
 }
 
+// 16-stream warps of 32- and 64-byte pieces, 8 warps side by side (256 and 512 bytes of a row
+// per block), against blocks of one stream taking the same 256 or 512 bytes.
+template <int PIECE> void report_streams(const uint4 *in, uint4 *out, long long rows, int row_bytes, float copy_us, int runs)
+{
+    constexpr int kWarps = 8;
+    if (row_bytes % (PIECE * kWarps) != 0) return;
+    for (int stream_len : {16, 64}) {
+        const long long segment = 16LL * stream_len, blocks = rows / segment * (row_bytes / (PIECE * kWarps));
+        if (rows % segment != 0) continue;
+        const float us = median_us(runs, [&] {
+            copy_streams<PIECE><<<(unsigned)blocks, 32 * kWarps>>>(in, out, rows, row_bytes / 16, stream_len);
+        });
+        std::printf("%6d %8d %8d %10.1f %6.1f%%   (16 streams of %d rows per warp, %d-byte pieces per warp)\n",
+                    PIECE * kWarps, (int)segment, 32 * kWarps, us, 100 * copy_us / us, stream_len, PIECE);
+    }
+}
+
 } // namespace
 
 int main(int argc, char **argv)
@@ -123,6 +165,8 @@ int main(int argc, char **argv)
     report<256>(in, out, rows, row_bytes, copy_us, runs);
     report<512>(in, out, rows, row_bytes, copy_us, runs);
     report<1024>(in, out, rows, row_bytes, copy_us, runs);
+    report_streams<32>(in, out, rows, row_bytes, copy_us, runs);
+    report_streams<64>(in, out, rows, row_bytes, copy_us, runs);
     cudaFree(in);
     cudaFree(out);
     return 0;
