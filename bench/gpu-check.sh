@@ -28,7 +28,8 @@
 #   bench-short-rows         the same at 128x768x256, channel-first (rows shorter than a warp's
 #                            steps, which go side by side): --csv $OUT/short-rows.csv
 #   strided-copy             build/bench/strided_copy_bench: a plain copy walking a channel-last
-#                            tensor in the stream kernels' pattern, against the tensor's copy
+#                            tensor in the stream kernels' pattern (and with warps that read
+#                            16 streams of time each), against the tensor's copy
 #   scan-bench               build/bench/scan_bench (CSV lines also in $OUT/scan.csv)
 #   mamba-memory             build/bench/mamba_memory --device cuda (B 8, L 2048, d_model 768)
 #   scan-peers               python3 bench/scan_peers.py (CSV lines also in $OUT/scan_peers.csv)

@@ -5,7 +5,9 @@
 // A block takes one piece of `piece` bytes of every row in a segment of `segment` rows, its
 // threads reading and writing 16 bytes each. Blocks are numbered piece first (the order of the
 // stream kernels' grid: the blocks that run at once cover whole rows) or segment first. The
-// figures say what the memory system gives such a walk, apart from any kernel's work.
+// last rows take another walk: each warp of a block reads 16 streams of time at once, on a
+// narrow piece of its own (copy_streams). The figures say what the memory system gives such
+// walks, apart from any kernel's work.
 //
 //   strided_copy_bench [--rows N] [--row-bytes N] [--runs N]
 #include <cuda_runtime.h>
