@@ -49,7 +49,7 @@ __global__ void copy_pieces(const uint4 *in, uint4 *out, long long rows, int row
 // rows of every stream (the shape of a tensor-core tile whose 16 rows are streams of one
 // channel). No block barrier: the warps drift apart as they will.
 template <int PIECE>
-__global__ void copy_streams(const uint4 *in, uint4 *out, long long rows, int row_vectors, int stream_len)
+__global__ void copy_streams(const uint4 *in, uint4 *out, int row_vectors, int stream_len)
 {
     constexpr int kStreams = 16, kStepsPerPass = 8;
     constexpr int kLanesPerRow = PIECE / 16, kRowsPerLoad = 32 / kLanesPerRow;
@@ -124,7 +124,7 @@ template <int PIECE> void report_streams(const uint4 *in, uint4 *out, long long 
         const long long segment = 16LL * stream_len, blocks = rows / segment * (row_bytes / (PIECE * kWarps));
         if (rows % segment != 0) continue;
         const float us = median_us(runs, [&] {
-            copy_streams<PIECE><<<(unsigned)blocks, 32 * kWarps>>>(in, out, rows, row_bytes / 16, stream_len);
+            copy_streams<PIECE><<<(unsigned)blocks, 32 * kWarps>>>(in, out, row_bytes / 16, stream_len);
         });
         std::printf("%6d %8d %8d %10.1f %6.1f%%   (16 streams of %d rows per warp, %d-byte pieces per warp)\n",
                     PIECE * kWarps, (int)segment, 32 * kWarps, us, 100 * copy_us / us, stream_len, PIECE);
