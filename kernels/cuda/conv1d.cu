@@ -2453,6 +2453,265 @@ __global__ void __launch_bounds__(kBlock, stream_forward_blocks<T, KB>()) stream
     stream_walk<U, RING>(p.t0, p.end, a.L, p.t0, unchecked_allowed ? p.end : p.t0, issue, start, compute);
 }
 
+// ---- The 16-bit channel-last forward on tensor cores, K = 9 … 16 -----------------------------
+//
+// At K = 16 the stream forward does 16 float multiply-adds per element on one channel per
+// thread, and is bound by instruction issue. Here a warp takes 32 channels (64-byte rows, as
+// the stream kernels read them) and walks its segment in tiles of 128 steps, and each channel's
+// tile is one product on the tensor cores, 16 blocks of 8 steps by 8 outputs:
+//     Z (16 blocks × 8 steps) = X (16 blocks × 24 window steps) · T (24 × 8) + bias,
+// where block b's window is x[8b − 16 … 8b + 7] and T[j][i] = w′[j − i − 1], w′ the taps
+// padded to 16 on the left (w′[k] multiplies x[t − 15 + k]; 0 outside 0 … 15). An m16n8k16
+// takes window steps 0–15 (the 16 steps before the block) and an m16n8k8 steps 16–23 (the
+// block's own). The taps' operand T depends on the lane, not on the step: each lane keeps it
+// for its 32 channels in 96 registers for the whole segment.
+//
+// A lane (g, q) of the product's operand X needs, of one channel, the pairs of steps
+// (8s + 2q, 8s + 2q + 1) for the blocks s = g − 2, g − 1, g and g + 6, g + 7, g + 8 of the
+// tile: one channel's steps from rows of channels. It reads the two rows 8s + 2q and
+// 8s + 2q + 1 as 16-byte pieces (8 channels each) and one byte permute per channel pairs the
+// two steps. The rows are staged by cp.async in a ring of three slots per warp (one computed,
+// two in flight) with the 16-byte pieces of a row swizzled by the row's bits 1–2, and the lanes
+// of odd g read the odd row first, so that every 16-byte read of a quarter-warp meets eight
+// distinct bank groups. Each slot holds 16 rows before its tile (the next slot's are copied
+// from the tile's last 16 rows as soon as they land), so every window is in one slot.
+//
+// The product's result Z holds, at lane (g, q), steps 8g + 2q, 8g + 2q + 1 of blocks g and
+// g + 8: for the 8 channels of a piece, the whole piece of those four rows. After SiLU the
+// lane writes them back over x's rows (every lane has read its windows of that piece by then),
+// and the warp copies the tile's rows out in 16-byte pieces.
+//
+// A block of 4 warps holds 108.5 KB (three 9 KB slots per warp and the bias), so 2 blocks fit
+// on an SM: 8 warps of 208–214 registers (the taps' 96 among them). Rows past L are staged as
+// zeros: a window reaches up to 7 steps past its output, with zero taps, and a zero tap times a
+// NaN is a NaN (so, as in the channel-first product, an inf or NaN in x can reach the outputs of
+// the up to 7 steps before it in its block of 8). Per tile a warp issues about 1000 instructions
+// (12 16-byte reads and 48 byte permutes per piece, 2 products and the SiLU per channel) for
+// 4096 outputs, against 16 multiply-adds per output and lane in the stream forward. Predicted
+// near the copy rate; measured 86% of it on the long rows (bench/NOTES.md, v43), where a plain
+// copy in this walk's pattern (64-byte pieces per warp) measured 74–85%.
+struct mma_stream_shape {
+    static constexpr int CHANNELS = 32;                 // a warp's channels (64-byte rows)
+    static constexpr int PIECES = 4;                    // 16-byte pieces of a row, 8 channels each
+    static constexpr int ROW = 64;                      // bytes of a staged row
+    static constexpr int TILE = 128;                    // steps per tile: 16 blocks of 8
+    static constexpr int HALO = 16;                     // rows before a tile that its windows reach
+    static constexpr int SLOT = (HALO + TILE) * ROW;    // bytes of one slot of the ring
+    static constexpr int RING = 3;                      // slots per warp
+    static constexpr int WARP_BYTES = RING * SLOT;
+    static constexpr int BLOCK_BYTES = kBlock / 32 * (WARP_BYTES + CHANNELS * (int)sizeof(float)); // + bias
+};
+
+extern __shared__ uint4 mma_stream_memory[];
+
+// Byte offset of row r, piece `piece` in a slot: the piece swizzled by the row's bits 1–2.
+__device__ inline unsigned mma_stream_offset(int r, int piece) { return r * 64 + ((piece ^ ((r >> 1) & 3)) << 4); }
+
+// 16 bytes from global to shared memory, or 16 zero bytes where `bytes` is 0 (nothing read).
+__device__ inline void copy16_async_or_zero(unsigned shared, const void *global, unsigned bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared), "l"(global), "r"(bytes));
+}
+
+// d += a·b with T's 16-bit operands: m16n8k16 (a: 4 registers, b: 2) and m16n8k8 (a: 2, b: 1).
+template <typename T> __device__ inline void mma16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1)
+{
+    if constexpr (std::is_same<T, __half>::value)
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+            "{%0, %1, %2, %3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+            "{%0, %1, %2, %3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <typename T> __device__ inline void mma8(float (&d)[4], unsigned a0, unsigned a1, unsigned b0)
+{
+    if constexpr (std::is_same<T, __half>::value)
+        asm("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a0), "r"(a1), "r"(b0));
+    else
+        asm("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a0), "r"(a1), "r"(b0));
+}
+
+// SiLU from one tanh: z·σ(z) = h + h·tanh(h), h = z/2 (16-bit outputs only: the tanh is good
+// to about 2⁻¹¹, scaled_gradient).
+__device__ inline float silu_by_tanh(float z)
+{
+    const float h = 0.5f * z;
+    float th;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(th) : "f"(h));
+    return fmaf(h, th, h);
+}
+
+__device__ inline unsigned &word_of(uint4 &v, int m) { return m == 0 ? v.x : m == 1 ? v.y : m == 2 ? v.z : v.w; }
+__device__ inline unsigned word_of(const uint4 &v, int m) { return m == 0 ? v.x : m == 1 ? v.y : m == 2 ? v.z : v.w; }
+
+template <typename T, bool SILU>
+__global__ void __launch_bounds__(kBlock, 2) stream_fwd_mma(conv_args a, stream_plan plan)
+{
+    using M = mma_stream_shape;
+    const stream_place p = stream_place_of<T, 1>(a, plan, plan.across);
+    if (p.t0 >= a.L || p.c0 >= a.C) return; // the whole warp
+    char *ring = (char *)mma_stream_memory + p.warp * M::WARP_BYTES;
+    float *bias = (float *)((char *)mma_stream_memory + kBlock / 32 * M::WARP_BYTES) + p.warp * M::CHANNELS;
+    const int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+
+    // The taps' operands of each channel, for this lane: T[j][i] at j = 2q (+1), 2q + 8 (+1)
+    // and 2q + 16 (+1), i = g, that is the pairs (w′[m + 8r], w′[m + 8r + 1]), m = 2q − g − 1,
+    // r = 0, 1, 2 (a channel past C takes the last one's: it writes nothing). Lane j first
+    // writes channel j's pairs into the third slot of the ring (free until tile 2's copies):
+    // from even and from odd starts, 20 words each, w′ padded with 8 zeros before and 16 after.
+    unsigned taps[M::CHANNELS][3];
+    {
+        constexpr int kPairs = 20, kStride = 2 * kPairs + 1; // words per channel, odd: no bank conflicts
+        unsigned *pairs = (unsigned *)(ring + 2 * M::SLOT);
+        {
+            const int64_t c = p.c0 + lane < a.C ? p.c0 + lane : a.C - 1;
+            unsigned short padded[40]; // w′[k − 8]
+#pragma unroll
+            for (int k = 0; k < 40; k++) padded[k] = k >= 8 && k < 24 ? (unsigned short)tap_bits(a, c, 23 - k) : 0;
+#pragma unroll
+            for (int i = 0; i < kPairs; i++) {
+                pairs[lane * kStride + i] = padded[2 * i] | (unsigned)padded[2 * i + 1] << 16;
+                pairs[lane * kStride + kPairs + i] = padded[2 * i + 1] | (unsigned)(2 * i + 2 < 40 ? padded[2 * i + 2] : 0) << 16;
+            }
+        }
+        __syncwarp();
+        const int m = 2 * q - g - 1 + 8; // into padded
+        const unsigned *mine = pairs + (m % 2 == 0 ? m / 2 : kPairs + (m - 1) / 2);
+#pragma unroll
+        for (int j = 0; j < M::CHANNELS; j++)
+#pragma unroll
+            for (int r = 0; r < 3; r++) taps[j][r] = mine[j * kStride + 4 * r];
+        __syncwarp(); // every lane has its operands before tile 2's copies land over the pairs
+    }
+    {
+        const int64_t c = p.c0 + lane;
+        bias[lane] = a.bias && c < a.C ? tg_to_float(((const T *)a.bias)[c * a.bs0]) : 0.0f;
+    }
+
+    // This lane's copies: piece lane % 4 of rows lane / 4 + 8j.
+    const int piece = lane % 4, prow = lane / 4;
+    const bool piece_inside = p.c0 + 8 * piece < a.C;
+    const unsigned swizzled = (unsigned)((piece ^ ((prow >> 1) & 3)) << 4);
+    const unsigned ring_at = shared_address(ring);
+    const int64_t x_step = a.x.s2 * (int64_t)sizeof(T), y_step = a.y.s2 * (int64_t)sizeof(T);
+    const char *x_row = (const char *)row_of<T>(a.x, p.b, p.c0) + piece * 16;
+    char *y_row = (char *)row_of<T>(a.y, p.b, p.c0) + piece * 16;
+    const int tiles = (int)((p.end - p.t0 + M::TILE - 1) / M::TILE);
+    auto issue = [&](int k) {
+        const int64_t t = p.t0 + (int64_t)M::TILE * k + prow;
+        const unsigned at = ring_at + (k % M::RING) * M::SLOT + (M::HALO + prow) * M::ROW + swizzled;
+#pragma unroll
+        for (int j = 0; j < M::TILE / 8; j++) {
+            const bool inside = piece_inside && t + 8 * j < a.L;
+            copy16_async_or_zero(at + j * 8 * M::ROW, inside ? x_row + (t + 8 * j) * x_step : x_row, inside ? 16 : 0);
+        }
+    };
+    // The first tile's halo: x before t0, or the history (zero without one) before step 0.
+    if (p.t0 >= M::HALO) {
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+            copy16_async_or_zero(ring_at + (prow + 8 * j) * M::ROW + swizzled,
+                                 x_row + (p.t0 - M::HALO + prow + 8 * j) * x_step, piece_inside ? 16 : 0);
+    } else { // t0 = 0: lane = channel
+        const int64_t c = p.c0 + lane;
+        for (int r = 0; r < M::HALO; r++) {
+            const float v = c < a.C ? history_at<T>(a, p.b, c, r - M::HALO) : 0.0f;
+            *(T *)(ring + mma_stream_offset(r, lane / 8) + lane % 8 * 2) = tg_from_float<T>(v);
+        }
+    }
+    issue(0);
+    copies_commit();
+    if (tiles > 1) issue(1);
+    copies_commit();
+
+    // The rows this lane reads and writes: 8s + 2q + e of a tile, e = 0 first for even g and
+    // e = 1 first for odd g (odd_first), and the byte permutes that pair them per channel.
+    const bool odd_first = g & 1;
+    const unsigned pair_low = odd_first ? 0x1054 : 0x5410, pair_high = odd_first ? 0x3276 : 0x7632;
+    const int first_row = M::HALO + 8 * g + 2 * q + (odd_first ? 1 : 0);
+    const int second_row = first_row + (odd_first ? -1 : 1);
+    for (int k = 0; k < tiles; k++) {
+        copies_wait_groups<1>(); // tile k's copies have landed
+        __syncwarp();            // everyone's, and everyone is done with tile k − 1's slot
+        if (k + 2 < tiles) issue(k + 2);
+        copies_commit();
+        char *slot = ring + (k % M::RING) * M::SLOT;
+        if (k + 1 < tiles) { // the next slot's halo: this tile's last 16 rows, before they are overwritten
+            char *next = ring + ((k + 1) % M::RING) * M::SLOT;
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+                *(uint4 *)(next + 16 * lane + 512 * j) = *(const uint4 *)(slot + M::TILE * M::ROW + 16 * lane + 512 * j);
+        }
+#pragma unroll // (the taps' registers are indexed by channel: unrolled, they stay registers)
+        for (int pc = 0; pc < M::PIECES; pc++) {
+            char *first = slot + first_row * M::ROW + ((pc ^ q) << 4);
+            char *second = slot + second_row * M::ROW + ((pc ^ q) << 4);
+            // Register i of the operand holds block s = g + i / 2 − 2 + 8·(i mod 2): −2, 6, −1, 7, 0, 8.
+            uint4 u0[6], u1[6];
+#pragma unroll
+            for (int i = 0; i < 6; i++) {
+                const int s = i / 2 - 2 + 8 * (i % 2);
+                u0[i] = *(const uint4 *)(first + 8 * M::ROW * s);
+                u1[i] = *(const uint4 *)(second + 8 * M::ROW * s);
+            }
+            __syncwarp(); // every lane has its windows of this piece before any writes over them
+            uint4 rows[4]; // out: rows first, second of block g, then of block g + 8
+#pragma unroll
+            for (int m = 0; m < 4; m++) { // channels 2m, 2m + 1 of the piece
+                float v[2][4];
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int ch = 8 * pc + 2 * m + h;
+                    const unsigned sel = h ? pair_high : pair_low;
+                    unsigned w[6];
+#pragma unroll
+                    for (int i = 0; i < 6; i++) w[i] = __byte_perm(word_of(u0[i], m), word_of(u1[i], m), sel);
+                    const float b = bias[ch];
+                    float d[4] = {b, b, b, b};
+                    const unsigned x16[4] = {w[0], w[1], w[2], w[3]};
+                    mma16<T>(d, x16, taps[ch][0], taps[ch][1]);
+                    mma8<T>(d, w[4], w[5], taps[ch][2]);
+#pragma unroll
+                    for (int i = 0; i < 4; i++) v[h][i] = SILU ? silu_by_tanh(d[i]) : d[i];
+                }
+                // d0, d1: steps 8g + 2q, + 1; d2, d3: the same of block g + 8.
+                const unsigned e0 = pack2(v[0][0], v[1][0], T()), e1 = pack2(v[0][1], v[1][1], T());
+                const unsigned f0 = pack2(v[0][2], v[1][2], T()), f1 = pack2(v[0][3], v[1][3], T());
+                word_of(rows[0], m) = odd_first ? e1 : e0;
+                word_of(rows[1], m) = odd_first ? e0 : e1;
+                word_of(rows[2], m) = odd_first ? f1 : f0;
+                word_of(rows[3], m) = odd_first ? f0 : f1;
+            }
+            *(uint4 *)first = rows[0];
+            *(uint4 *)second = rows[1];
+            *(uint4 *)(first + 64 * M::ROW) = rows[2];
+            *(uint4 *)(second + 64 * M::ROW) = rows[3];
+        }
+        __syncwarp(); // the tile's outputs are all in the slot
+        const int64_t t = p.t0 + (int64_t)M::TILE * k + prow;
+        const char *from = slot + (M::HALO + prow) * M::ROW + swizzled;
+        if (plan.whole_pieces) {
+#pragma unroll
+            for (int j = 0; j < M::TILE / 8; j++)
+                if (piece_inside && t + 8 * j < p.end)
+                    *(uint4 *)(y_row + (t + 8 * j) * y_step) = *(const uint4 *)(from + j * 8 * M::ROW);
+        } else { // output steps not 16-byte aligned: value by value
+            for (int j = 0; j < M::TILE / 8; j++)
+                if (piece_inside && t + 8 * j < p.end)
+                    for (int e = 0; e < 8 && p.c0 + 8 * piece + e < a.C; e++)
+                        ((T *)(y_row + (t + 8 * j) * y_step))[e] = ((const T *)(from + j * 8 * M::ROW))[e];
+        }
+    }
+}
+
 // Each warp walks steps t0 … end + KB − 2: g = dout·act'(z) at every step, and at step t the
 // dx of step u = t − (KB − 1), whose KB values of g are then all known. The steps past `end`
 // are the next segment's first ones, recomputed for their g (dw and dbias take only the
@@ -3056,6 +3315,40 @@ int carveout_for_blocks(int blocks, int block_bytes)
     return wanted >= most ? 100 : (int)((100 * wanted + most - 1) / most);
 }
 
+// 16-bit channel-last rows at K = 9 … 16 take the forward on tensor cores (stream_fwd_mma):
+// bf16 16×1536×16384 K = 16 forward 520.2–520.3 → 440.5–441.7 µs (86% of the copy rate),
+// 8×1536×2048 45.8–45.9 → 39.1–39.8 (bench/NOTES.md, v43).
+template <typename T, int KB> constexpr bool forward_stream_on_tensor_cores() { return sizeof(T) == 2 && KB == 16; }
+
+// stream_fwd_mma's plan: the stream plan of one channel per lane, with segments of 512 steps
+// (4 tiles), halved down to 128 while the grid has fewer than about two and a half waves of
+// blocks (two per SM). bf16 channel-last K = 16, forward µs by the longest segment, the grid
+// halving below 2048 blocks (bench/NOTES.md, v43): 16×1536×16384 1024 steps 500.8–502.0,
+// 512 440.5–442.1, 384 455.2–455.6, 256 472.0–472.4; 8×1536×2048 at 512 steps with no
+// halving (384 blocks) 45.2, at 256 (768 blocks) 39.1–39.8, halved to 128 (one tile per
+// segment) 45.7–45.8. A segment's first tile waits for its copies with nothing else in
+// flight, and its taps' operands are built once per segment; longer segments cost the
+// memory system, as in the stream forward (stream_forward_longest_segment).
+template <typename T> stream_plan make_mma_stream_plan(const conv_args &a, const tg_tensor *out)
+{
+    const int64_t wanted_blocks = 5 * (int64_t)tg_cuda_multiprocessors();
+    stream_plan plan = make_stream_plan<T, 1>(a, out, stream_most_warps_across<false>(), 512, wanted_blocks);
+    const int64_t along = kBlock / 32 / plan.across;
+    if (plan.seg_len < mma_stream_shape::TILE) plan.seg_len = mma_stream_shape::TILE;
+    plan.time_blocks = (a.L + along * plan.seg_len - 1) / (along * plan.seg_len);
+    return plan;
+}
+
+// Lets `kernel` take `bytes` of dynamic shared memory (past the 48 KB a launch gets without
+// asking); once per kernel, as prefer_fewer_resident_blocks.
+template <typename Kernel> void allow_shared_bytes(Kernel kernel, int bytes, bool &done)
+{
+    if (done) return;
+    done = true;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess)
+        (void)cudaGetLastError(); // the launch then fails, and says so
+}
+
 template <typename T, int KB>
 tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *final_states)
 {
@@ -3099,6 +3392,15 @@ tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *fina
             } else if constexpr (kRows > 1) { // compiled only where rows are grouped
                 row_fwd_direct_grouped<T, KB, kRows><<<dim3((unsigned)a.C, (unsigned)groups), threads>>>(a, plan.vec_y);
             }
+        }
+    } else if (forward_stream_on_tensor_cores<T, KB>() && streams_take<T, 1>(a, in->x, NULL, out)) {
+        if constexpr (forward_stream_on_tensor_cores<T, KB>()) {
+            stream_plan plan = make_mma_stream_plan<T>(a, out);
+            if (!fits_stream_grid(a, plan)) return too_large(a);
+            auto kernel = a.silu ? stream_fwd_mma<T, true> : stream_fwd_mma<T, false>;
+            static bool shared_set[2]; // forward_with is one per T, KB
+            allow_shared_bytes(kernel, mma_stream_shape::BLOCK_BYTES, shared_set[a.silu]);
+            kernel<<<stream_grid(a, plan), kBlock, mma_stream_shape::BLOCK_BYTES>>>(a, plan);
         }
     } else if (streams_take<T, stream_forward_cpt<T, KB>()>(a, in->x, NULL, out)) {
         stream_plan plan = make_stream_plan<T, stream_forward_cpt<T, KB>()>(a, out, stream_most_warps_across<false>(),
