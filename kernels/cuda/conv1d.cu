@@ -2129,7 +2129,8 @@ constexpr int kStreamForwardBlocks = 6, kStreamBackwardBlocks = 4;
 // The forward takes five where that measured faster on long rows (bench/NOTES.md, v37;
 // 16×1536×16384 channel-last): 16-bit K = 5–8, bf16 forward 439.8–440.3 → 434.5–435.0 µs
 // (fwd+bwd 1135.8–1137.5 → 1132.0–1132.5); f32 K = 9–16, 876.8–877.4 → 868.8–869.4. At
-// 16-bit K = 16 five measured 520.4 → 555.1 µs and eight 613.0, so it keeps six.
+// 16-bit K = 16 five measured 520.4 → 555.1 µs and eight 613.0, so it kept six (those rows
+// take stream_fwd_mma now).
 template <typename T, int KB> __host__ __device__ constexpr int stream_forward_blocks()
 {
     return (sizeof(T) == 2 && KB == 8) || (sizeof(T) == 4 && KB == 16) ? 5 : kStreamForwardBlocks;
@@ -2549,8 +2550,8 @@ __device__ inline float silu_by_tanh(float z)
     return fmaf(h, th, h);
 }
 
+// Word m of a 16-byte vector (m a constant once unrolled).
 __device__ inline unsigned &word_of(uint4 &v, int m) { return m == 0 ? v.x : m == 1 ? v.y : m == 2 ? v.z : v.w; }
-__device__ inline unsigned word_of(const uint4 &v, int m) { return m == 0 ? v.x : m == 1 ? v.y : m == 2 ? v.z : v.w; }
 
 template <typename T, bool SILU>
 __global__ void __launch_bounds__(kBlock, 2) stream_fwd_mma(conv_args a, stream_plan plan)
@@ -3181,7 +3182,8 @@ stream_plan make_stream_plan(const conv_args &a, const tg_tensor *out, int most_
 // (bench/strided_copy.cu, blocks of 256 threads) measured 419.8 µs in segments of 64 steps
 // against 431.0 in segments of 256 with 128-byte pieces per step, 406.4 against 417.0 with
 // 256-byte ones, and 383.2 for the tensor's own copy. At 16-bit K = 16 (a thread's one
-// channel, 15 window loads per segment) 64 steps measured 520.3 → 591.6 µs and 128 541.7; f32
+// channel, 15 window loads per segment; before those rows took stream_fwd_mma) 64 steps
+// measured 520.3 → 591.6 µs and 128 541.7; f32
 // at K = 8 821 → 831 (K = 4 813.5 → 811.0): they keep 256.
 template <typename T, int KB> constexpr int64_t stream_forward_longest_segment()
 {
@@ -3403,10 +3405,12 @@ tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *fina
             kernel<<<stream_grid(a, plan), kBlock, mma_stream_shape::BLOCK_BYTES>>>(a, plan);
         }
     } else if (streams_take<T, stream_forward_cpt<T, KB>()>(a, in->x, NULL, out)) {
-        stream_plan plan = make_stream_plan<T, stream_forward_cpt<T, KB>()>(a, out, stream_most_warps_across<false>(),
-                                                                         stream_forward_longest_segment<T, KB>());
-        if (!fits_stream_grid(a, plan)) return too_large(a);
-        stream_fwd<T, KB><<<stream_grid(a, plan), kBlock>>>(a, plan);
+        if constexpr (!forward_stream_on_tensor_cores<T, KB>()) { // (those took the branch above)
+            stream_plan plan = make_stream_plan<T, stream_forward_cpt<T, KB>()>(
+                a, out, stream_most_warps_across<false>(), stream_forward_longest_segment<T, KB>());
+            if (!fits_stream_grid(a, plan)) return too_large(a);
+            stream_fwd<T, KB><<<stream_grid(a, plan), kBlock>>>(a, plan);
+        }
     } else {
         tile_plan plan = make_tile_plan<T>(a, in->x, NULL, out);
         if (!fits_tile_grid(a, plan)) return too_large(a);
