@@ -2490,7 +2490,8 @@ __global__ void __launch_bounds__(kBlock, stream_forward_blocks<T, KB>()) stream
 // (12 16-byte reads and 48 byte permutes per piece, 2 products and the SiLU per channel) for
 // 4096 outputs, against 16 multiply-adds per output and lane in the stream forward. Predicted
 // near the copy rate; measured 86% of it on the long rows (bench/NOTES.md, v43), where a plain
-// copy in this walk's pattern (64-byte pieces per warp) measured 74–85%.
+// copy that reads 128 bytes per block and step, as this walk does, measured 84.6% (segments of
+// 256 steps) to 89.4% (64).
 struct mma_stream_shape {
     static constexpr int CHANNELS = 32;                 // a warp's channels (64-byte rows)
     static constexpr int PIECES = 4;                    // 16-byte pieces of a row, 8 channels each
@@ -3318,8 +3319,8 @@ int carveout_for_blocks(int blocks, int block_bytes)
 }
 
 // 16-bit channel-last rows at K = 9 … 16 take the forward on tensor cores (stream_fwd_mma):
-// bf16 16×1536×16384 K = 16 forward 520.2–520.3 → 440.5–441.7 µs (86% of the copy rate),
-// 8×1536×2048 45.8–45.9 → 39.1–39.8 (bench/NOTES.md, v43).
+// bf16 16×1536×16384 K = 16 forward 519.9 µs in 137acaf's check, 445.3 (85.5% of the copy
+// rate) in fb0c704's; 8×1536×2048 45.8–45.9 → 39.4 (bench/NOTES.md, v43).
 template <typename T, int KB> constexpr bool forward_stream_on_tensor_cores() { return sizeof(T) == 2 && KB == 16; }
 
 // stream_fwd_mma's plan: the stream plan of one channel per lane, with segments of 512 steps
@@ -3328,9 +3329,10 @@ template <typename T, int KB> constexpr bool forward_stream_on_tensor_cores() { 
 // halving below 2048 blocks (bench/NOTES.md, v43): 16×1536×16384 1024 steps 500.8–502.0,
 // 512 440.5–442.1, 384 455.2–455.6, 256 472.0–472.4; 8×1536×2048 at 512 steps with no
 // halving (384 blocks) 45.2, at 256 (768 blocks) 39.1–39.8, halved to 128 (one tile per
-// segment) 45.7–45.8. A segment's first tile waits for its copies with nothing else in
-// flight, and its taps' operands are built once per segment; longer segments cost the
-// memory system, as in the stream forward (stream_forward_longest_segment).
+// segment) 45.7–45.8. What shorter segments cost is not their starts (the first tile's wait,
+// the taps' operands): warps that walk several segments in turn, carrying both over,
+// measured no faster (v43); nor is it what a plain copy of the same walk shows, which is
+// faster in shorter segments (stream_forward_longest_segment). Not found.
 template <typename T> stream_plan make_mma_stream_plan(const conv_args &a, const tg_tensor *out)
 {
     const int64_t wanted_blocks = 5 * (int64_t)tg_cuda_multiprocessors();
