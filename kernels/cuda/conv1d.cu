@@ -223,6 +223,11 @@ __device__ inline void copy16_async_to(unsigned shared, const void *global)
 {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared), "l"(global));
 }
+// The same, or 16 zero bytes where `bytes` is 0 (nothing read).
+__device__ inline void copy16_async_or_zero(unsigned shared, const void *global, unsigned bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared), "l"(global), "r"(bytes));
+}
 __device__ inline void copy16_async(void *shared, const void *global)
 {
     copy16_async_to((unsigned)__cvta_generic_to_shared(shared), global);
@@ -2509,12 +2514,6 @@ extern __shared__ uint4 mma_stream_memory[];
 // Byte offset of row r, piece `piece` in a slot: the piece swizzled by the row's bits 1–2.
 __device__ inline unsigned mma_stream_offset(int r, int piece) { return r * 64 + ((piece ^ ((r >> 1) & 3)) << 4); }
 
-// 16 bytes from global to shared memory, or 16 zero bytes where `bytes` is 0 (nothing read).
-__device__ inline void copy16_async_or_zero(unsigned shared, const void *global, unsigned bytes)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared), "l"(global), "r"(bytes));
-}
-
 // d += a·b with T's 16-bit operands: m16n8k16 (a: 4 registers, b: 2) and m16n8k8 (a: 2, b: 1).
 template <typename T> __device__ inline void mma16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1)
 {
@@ -3148,18 +3147,18 @@ tile_plan make_tile_plan(const conv_args &a, const tg_tensor *x, const tg_tensor
 
 // Segments of at most `longest_segment` steps, 256 by default (the halo recomputed at each
 // segment's start then costs (KB − 1)/256 of the work), shorter while the grid has fewer than
-// `wanted_blocks` (by default about 4096), down to 64 steps: on the short rows (8×1536×2048,
+// `wanted_blocks` (by default about 4096), down to `shortest_segment` (64 steps by default,
+// a multiple of every chunk; stream_fwd_mma asks for whole tiles): on the short rows (8×1536×2048,
 // 32×768×1024 bf16) 64 measured 14–16% faster forward+backward than 32, and 128 (with 512 at
 // most) 2% slower than 64; the long rows did not move then (bench/NOTES.md, v16; the 16-bit
 // forward at K ≤ 8 has since measured faster at 64, stream_forward_longest_segment). `out` is
 // the kernel's output (out, or dx). most_across: stream_most_warps_across.
 template <typename T, int CPT>
 stream_plan make_stream_plan(const conv_args &a, const tg_tensor *out, int most_across, int64_t longest_segment = 256,
-                             int64_t wanted_blocks = 4096)
+                             int64_t wanted_blocks = 4096, int64_t shortest_segment = 64)
 {
     using S = stream_shape<T, CPT>;
-    constexpr int64_t kShortestSegment = 64;
-    static_assert(kShortestSegment % S::U == 0, "segments of whole chunks");
+    static_assert(64 % S::U == 0, "segments of 64 steps, the shortest asked for, are whole chunks");
     stream_plan plan = {};
     const int64_t groups = (a.C + S::CHANNELS - 1) / S::CHANNELS; // warp-wide channel groups
     plan.across = groups % most_across == 0 ? most_across : 1;
@@ -3167,7 +3166,7 @@ stream_plan make_stream_plan(const conv_args &a, const tg_tensor *out, int most_
     plan.channel_blocks = groups / plan.across;
     auto time_blocks = [&](int64_t seg_len) { return (a.L + along * seg_len - 1) / (along * seg_len); };
     plan.seg_len = longest_segment;
-    while (plan.seg_len > kShortestSegment && plan.channel_blocks * a.B * time_blocks(plan.seg_len) < wanted_blocks)
+    while (plan.seg_len > shortest_segment && plan.channel_blocks * a.B * time_blocks(plan.seg_len) < wanted_blocks)
         plan.seg_len /= 2;
     plan.time_blocks = time_blocks(plan.seg_len);
     plan.whole_pieces = channels_vectorisable(out, vec_width<T>());
@@ -3298,12 +3297,16 @@ tg_status launch_overlapped(const char *op, void (*kernel)(Params...), dim3 grid
 // is not established (bench/NOTES.md, v13). A hint to the driver, so a failure is ignored.
 // Set once per kernel: `done` is the caller's static flag for it (a race at worst sets it
 // twice).
-template <typename Kernel> void prefer_fewer_resident_blocks(Kernel kernel, bool &done, int carveout_percent = 50)
+template <typename Kernel> void set_attribute_once(Kernel kernel, cudaFuncAttribute attribute, int value, bool &done)
 {
     if (done) return;
     done = true;
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, carveout_percent) != cudaSuccess)
+    if (cudaFuncSetAttribute(kernel, attribute, value) != cudaSuccess)
         (void)cudaGetLastError(); // clear it: the next launch check must not report it
+}
+template <typename Kernel> void prefer_fewer_resident_blocks(Kernel kernel, bool &done, int carveout_percent = 50)
+{
+    set_attribute_once(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, carveout_percent, done);
 }
 
 // The carve-out (percent of an SM's most shared memory) that holds `blocks` blocks of
@@ -3336,21 +3339,7 @@ template <typename T, int KB> constexpr bool forward_stream_on_tensor_cores() { 
 template <typename T> stream_plan make_mma_stream_plan(const conv_args &a, const tg_tensor *out)
 {
     const int64_t wanted_blocks = 5 * (int64_t)tg_cuda_multiprocessors();
-    stream_plan plan = make_stream_plan<T, 1>(a, out, stream_most_warps_across<false>(), 512, wanted_blocks);
-    const int64_t along = kBlock / 32 / plan.across;
-    if (plan.seg_len < mma_stream_shape::TILE) plan.seg_len = mma_stream_shape::TILE;
-    plan.time_blocks = (a.L + along * plan.seg_len - 1) / (along * plan.seg_len);
-    return plan;
-}
-
-// Lets `kernel` take `bytes` of dynamic shared memory (past the 48 KB a launch gets without
-// asking); once per kernel, as prefer_fewer_resident_blocks.
-template <typename Kernel> void allow_shared_bytes(Kernel kernel, int bytes, bool &done)
-{
-    if (done) return;
-    done = true;
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess)
-        (void)cudaGetLastError(); // the launch then fails, and says so
+    return make_stream_plan<T, 1>(a, out, stream_most_warps_across<false>(), 512, wanted_blocks, mma_stream_shape::TILE);
 }
 
 template <typename T, int KB>
@@ -3403,7 +3392,9 @@ tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *fina
             if (!fits_stream_grid(a, plan)) return too_large(a);
             auto kernel = a.silu ? stream_fwd_mma<T, true> : stream_fwd_mma<T, false>;
             static bool shared_set[2]; // forward_with is one per T, KB
-            allow_shared_bytes(kernel, mma_stream_shape::BLOCK_BYTES, shared_set[a.silu]);
+            // Past the 48 KB a launch gets without asking (if refused, the launch fails and says so).
+            set_attribute_once(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, mma_stream_shape::BLOCK_BYTES,
+                               shared_set[a.silu]);
             kernel<<<stream_grid(a, plan), kBlock, mma_stream_shape::BLOCK_BYTES>>>(a, plan);
         }
     } else if (streams_take<T, stream_forward_cpt<T, KB>()>(a, in->x, NULL, out)) {
