@@ -212,6 +212,24 @@ Test(cuda_conv1d, channel_last_16bit_at_every_width)
     }
 }
 
+/* bf16 channel-last data at K = 9 … 16 (the backward on tensor cores: blocks of 32 channels
+ * walk segments of 128-step tiles, dx 16 steps behind g): C not a multiple of 32 (blocks
+ * whose last warps have no channels), rows ending inside a tile and within 16 steps of a
+ * segment's end, rows shorter than a tile and than K, the segments' seams, and a grid large
+ * enough that its segments are several tiles long (the rings wrap). */
+Test(cuda_conv1d, channel_last_bf16_at_wide_widths)
+{
+    tt_require_cuda();
+    for (int64_t K = 9; K <= 16; K++) {
+        check_case((conv_case){2, 40, 700 + K, K, LAYOUT_CHANNEL_LAST, TG_BF16, K % 2 == 0, K % 3 != 0, K % 4 == 0,
+                               K % 2 == 1});
+        check_case((conv_case){1, 96, 2560 - 16 + K % 3, K, LAYOUT_CHANNEL_LAST, TG_BF16, true, K % 2 == 0, true, false});
+        check_case((conv_case){3, 8, K % 2 ? 130 : K - 3, K, LAYOUT_CHANNEL_LAST, TG_BF16, true, true, true, true});
+    }
+    check_case((conv_case){4, 512, 9 * 512 + 37, 16, LAYOUT_CHANNEL_LAST, TG_BF16, true, true, true, true});
+    check_case((conv_case){4, 512, 9 * 512 - 5, 12, LAYOUT_CHANNEL_LAST, TG_BF16, false, false, false, false});
+}
+
 Test(cuda_conv1d, edge_shapes)
 {
     tt_require_cuda();
@@ -585,19 +603,27 @@ Test(cuda_conv1d, outputs_whose_steps_are_not_16_byte_aligned)
 }
 #endif
 
-/* Two backward passes give bitwise-equal weight and bias gradients (no atomics). */
+/* Two backward passes give bitwise-equal weight and bias gradients (no atomics): f32 at K = 4
+ * in both layouts, and bf16 channel-last at K = 16 (on tensor cores). */
 Test(cuda_conv1d, gradients_are_bitwise_repeatable)
 {
     tt_require_cuda();
-    for (int lay = 0; lay < 2; lay++) {
+    enum { C = 64, MOST_K = 16 };
+    const struct {
+        layout lay;
+        tg_dtype dtype;
+        int64_t K;
+    } configs[] = {{LAYOUT_CHANNEL_FIRST, TG_F32, 4}, {LAYOUT_CHANNEL_LAST, TG_F32, 4}, {LAYOUT_CHANNEL_LAST, TG_BF16, 16}};
+    for (size_t ci = 0; ci < sizeof configs / sizeof configs[0]; ci++) {
         tg_tape *tape = tg_tape_create();
-        int64_t B = 4, C = 64, L = 3000, K = 4;
-        conv_case cc = {B, C, L, K, (layout)lay, TG_F32, true, true, false, false};
+        const int64_t B = 4, L = 3000, K = configs[ci].K;
+        const tg_dtype dtype = configs[ci].dtype;
+        conv_case cc = {B, C, L, K, configs[ci].lay, dtype, true, true, false, false};
         tg_tensor *x = tt_cuda_twin(tape, x_in_layout(tape, &cc), true);
-        tg_tensor *w = tt_cuda_twin(tape, tt_leaf(tape, TG_F32, 2, (int64_t[]){C, K}), false);
-        tg_tensor *bias = tt_cuda_twin(tape, tt_leaf(tape, TG_F32, 1, (int64_t[]){C}), false);
-        tg_tensor *dout = tt_cuda_twin(tape, tt_randn(tape, TG_F32, 3, (int64_t[]){B, C, L}), false);
-        float first[C * K + C], again[C * K + C];
+        tg_tensor *w = tt_cuda_twin(tape, tt_leaf(tape, dtype, 2, (int64_t[]){C, K}), false);
+        tg_tensor *bias = tt_cuda_twin(tape, tt_leaf(tape, dtype, 1, (int64_t[]){C}), false);
+        tg_tensor *dout = tt_cuda_twin(tape, tt_randn(tape, dtype, 3, (int64_t[]){B, C, L}), false);
+        float first[C * MOST_K + C], again[C * MOST_K + C];
         for (int run_index = 0; run_index < 2; run_index++) {
             tg_zero_grad(w);
             tg_zero_grad(bias);
@@ -607,7 +633,9 @@ Test(cuda_conv1d, gradients_are_bitwise_repeatable)
             tg_copy_to_host(w->grad, dst, TG_F32);
             tg_copy_to_host(bias->grad, dst + C * K, TG_F32);
         }
-        for (int i = 0; i < C * K + C; i++) cr_assert_eq(first[i], again[i], "%s: gradient %d differs", layout_names[lay], i);
+        for (int i = 0; i < C * K + C; i++)
+            cr_assert_eq(first[i], again[i], "%s %s K=%lld: gradient %d differs", layout_names[configs[ci].lay],
+                         tg_dtype_name(dtype), (long long)K, i);
         tg_tape_free(tape);
     }
 }
@@ -615,7 +643,8 @@ Test(cuda_conv1d, gradients_are_bitwise_repeatable)
 /* The 16-bit backward takes SiLU's slope from a hardware tanh (kernels/cuda/conv1d.cu,
  * scaled_gradient). Its dx must still be silu'(z)·dout to within one step of the storage type
  * (or 2^-14 near zero), element by element, over z from −24 to 24: through the row kernels
- * (channel-first) and the stream kernels (channel-last), at K = 1, 4 and 8. The one tap at
+ * (channel-first) and the stream kernels (channel-last), at K = 1, 4, 8 and 16 (bf16
+ * channel-last: on tensor cores, g as two bf16 parts). The one tap at
  * look-back 0 is 1, so z = x and dx = silu'(x)·dout exactly; the reference is in double. */
 Test(cuda_conv1d, silu_slope_of_the_16bit_backward_within_a_step)
 {
@@ -624,9 +653,9 @@ Test(cuda_conv1d, silu_slope_of_the_16bit_backward_within_a_step)
     static float z[N], dout[N], dx[N];
     const tg_dtype dtypes[2] = {TG_BF16, TG_F16};
     const double step[2] = {0x1p-7, 0x1p-10}; /* relative spacing of bf16, f16 values */
-    const int64_t widths[3] = {1, 4, 8};
+    const int64_t widths[4] = {1, 4, 8, 16};
     for (int di = 0; di < 2; di++)
-        for (int wi = 0; wi < 3; wi++)
+        for (int wi = 0; wi < 4; wi++)
             for (int lay = 0; lay < 2; lay++) {
                 tg_tape *tape = tg_tape_create();
                 const tg_dtype dtype = dtypes[di];

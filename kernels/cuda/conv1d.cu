@@ -2553,6 +2553,34 @@ __device__ inline float silu_by_tanh(float z)
 // Word m of a 16-byte vector (m a constant once unrolled).
 __device__ inline unsigned &word_of(uint4 &v, int m) { return m == 0 ? v.x : m == 1 ? v.y : m == 2 ? v.z : v.w; }
 
+constexpr int kTapPairs = 20, kTapPairStride = 2 * kTapPairs + 1;
+// The taps' operands of the products on tensor cores come from a table of tap pairs in shared
+// memory: a channel's 40 padded taps P as 32-bit pairs (P[2i], P[2i + 1]) in words 0–19 and
+// (P[2i + 1], P[2i + 2]) in words 20–39, 41 words per channel (odd: the lanes' reads meet
+// distinct banks). A lane then reads its three pairs (P[m + 8r], P[m + 8r + 1]), r = 0, 1, 2.
+__device__ inline void write_tap_pairs(unsigned *table, int channel, const unsigned short (&padded)[2 * kTapPairs])
+{
+    unsigned *mine = table + channel * kTapPairStride;
+#pragma unroll
+    for (int i = 0; i < kTapPairs; i++) {
+        mine[i] = padded[2 * i] | (unsigned)padded[2 * i + 1] << 16;
+        mine[kTapPairs + i] = padded[2 * i + 1] | (unsigned)(2 * i + 2 < 2 * kTapPairs ? padded[2 * i + 2] : 0) << 16;
+    }
+}
+__device__ inline const unsigned *tap_pairs_of(const unsigned *table, int m, int first_channel)
+{
+    return table + first_channel * kTapPairStride + (m % 2 == 0 ? m / 2 : kTapPairs + (m - 1) / 2);
+}
+template <int N>
+__device__ inline void read_tap_pairs(const unsigned *table, int m, int first_channel, unsigned (&taps)[N][3])
+{
+    const unsigned *mine = tap_pairs_of(table, m, first_channel);
+#pragma unroll
+    for (int j = 0; j < N; j++)
+#pragma unroll
+        for (int r = 0; r < 3; r++) taps[j][r] = mine[j * kTapPairStride + 4 * r];
+}
+
 template <typename T, bool SILU>
 __global__ void __launch_bounds__(kBlock, 2) stream_fwd_mma(conv_args a, stream_plan plan)
 {
@@ -2570,26 +2598,16 @@ __global__ void __launch_bounds__(kBlock, 2) stream_fwd_mma(conv_args a, stream_
     // from even and from odd starts, 20 words each, w′ padded with 8 zeros before and 16 after.
     unsigned taps[M::CHANNELS][3];
     {
-        constexpr int kPairs = 20, kStride = 2 * kPairs + 1; // words per channel, odd: no bank conflicts
         unsigned *pairs = (unsigned *)(ring + 2 * M::SLOT);
         {
             const int64_t c = p.c0 + lane < a.C ? p.c0 + lane : a.C - 1;
-            unsigned short padded[40]; // w′[k − 8]
+            unsigned short padded[2 * kTapPairs]; // w′[k − 8]
 #pragma unroll
-            for (int k = 0; k < 40; k++) padded[k] = k >= 8 && k < 24 ? (unsigned short)tap_bits(a, c, 23 - k) : 0;
-#pragma unroll
-            for (int i = 0; i < kPairs; i++) {
-                pairs[lane * kStride + i] = padded[2 * i] | (unsigned)padded[2 * i + 1] << 16;
-                pairs[lane * kStride + kPairs + i] = padded[2 * i + 1] | (unsigned)(2 * i + 2 < 40 ? padded[2 * i + 2] : 0) << 16;
-            }
+            for (int k = 0; k < 2 * kTapPairs; k++) padded[k] = k >= 8 && k < 24 ? (unsigned short)tap_bits(a, c, 23 - k) : 0;
+            write_tap_pairs(pairs, lane, padded);
         }
         __syncwarp();
-        const int m = 2 * q - g - 1 + 8; // into padded
-        const unsigned *mine = pairs + (m % 2 == 0 ? m / 2 : kPairs + (m - 1) / 2);
-#pragma unroll
-        for (int j = 0; j < M::CHANNELS; j++)
-#pragma unroll
-            for (int r = 0; r < 3; r++) taps[j][r] = mine[j * kStride + 4 * r];
+        read_tap_pairs(pairs, 2 * q - g - 1 + 8, 0, taps);
         __syncwarp(); // every lane has its operands before tile 2's copies land over the pairs
     }
     {
@@ -2844,6 +2862,398 @@ __global__ void __launch_bounds__(kBlock, kStreamBackwardBlocks) stream_bwd(conv
                 for (int l = 0; l < ALONG; l++) sum += sums[l * ACROSS + p.warp][i][cg + q];
                 partial_to_workspace(ws, parts, part, p.c + q, KB + 1, i, sum);
             }
+    }
+}
+
+// ---- The bf16 channel-last backward on tensor cores, K = 9 … 16 ----------------------------
+//
+// stream_bwd does 3·16 float multiply-adds per element at K = 16 on one channel per thread and
+// is bound by instruction issue (bench/NOTES.md, v33). Here the forward's operand form
+// (stream_fwd_mma) carries over to all three products. A block of four warps takes 32 channels
+// (64-byte rows) and one segment of time, which it walks in tiles of 128 steps, 16 blocks of 8;
+// warp w takes the channels of 16-byte piece w of every row (8 channels). Per channel and tile:
+//   z = X·T + bias, as in the forward (with the taps and bias scaled by tap_scale, so that z
+//     comes out as scaled_gradient wants it); g = dout·act'(z) / tap_scale in the result's
+//     layout: lane (g, q) holds steps 8g + 2q, 8g + 2q + 1 of blocks g and g + 8, and reads
+//     dout from those rows;
+//   dx = G·T′, the forward's product mirrored: output row r is block r − 2 (dx trails g by 16
+//     steps), its window g of blocks r − 2, r − 1, r, and T′[j][n] = wl[j − n]. The A operand
+//     is g's words of blocks g − 2, g + 6, g − 1, g + 7 (m16n8k16) and g, g + 8 (m16n8k8): the
+//     lane's own two words and, by shuffles from the lanes 4 and 8 before it (modulo the 8
+//     groups), theirs; where that wraps (blocks −2, −1), the sender's block g + 8 word of the
+//     previous tile, which each lane keeps. g is bf16 hi + lo (two products each), so dx keeps
+//     float precision in g;
+//   dw: P = Xwinᵀ·G (24 window steps × 8 steps, summed over the 16 blocks), two m16n8k16 per
+//     part. Their operands are movmatrix transposes of words the lane already holds: X's six
+//     (m-tile 0: blocks g − 2, g − 1, g + 6, g + 7; m-tile 1: g, g + 8, its rows 24–31 a row of
+//     ones in row 24, whose results are dbias' sums) and g's two. P[j][n] is the sum at lag
+//     16 + n − j; each lane folds its results into four sums, lags D0 or D0 + 16, D0 + 1 or
+//     D0 + 17 (whichever lies in 0 … 15), D0 + 8 and D0 + 9, D0 = 2q − g. At the segment's end
+//     the sums meet by lag in shared memory, in a fixed order (no atomics).
+// A tile's dx (the 16 steps before it and its first 112) is written over dout's rows of the
+// steps 16 later (the lane's own rows: each lane writes what it read), and copied out by the
+// block a tile later. A segment's walk takes one tile more than its steps, for g of the 16
+// steps after it (the next segment's, or zeros past L); those steps stay out of dw and dbias.
+// x's and dout's rows come in by cp.async into two rings of four tiles per block (64 KB): tile
+// k's window reaches the 16 rows before it in the ring (a wrap at its start), so no halo is
+// copied; two tiles are in flight while one is computed and one copied out, and one block
+// barrier per tile orders them. With the taps' tables and the lanes' sums a block holds 94 KB:
+// 2 blocks per SM, 8 warps of 216–238 registers.
+//   Measured (bench/NOTES.md, v44): bf16 16×1536×16384 K = 16 fwd+bwd 1637.0 µs with the
+// stream backward, 1388–1394 with this one; 8×1536×2048 160.4 → 136–137. Its first build
+// issued 1376 warp instructions per tile of 1024 outputs (about 130 per channel: the products
+// are 10 of them) at 46% of the issue slots, its warps mostly waiting on each channel's chain
+// of dependent steps (Nsight: `wait` and `short_scoreboard` lead the stalls): with 8 warps per
+// SM, latency, not bandwidth, sets its pace.
+struct mma_backward_shape {
+    static constexpr int CHANNELS = 32;               // a block's channels: 64-byte rows
+    static constexpr int ROW = 64;                    // bytes of a staged row
+    static constexpr int TILE = 128;                  // steps per tile: 16 blocks of 8
+    static constexpr int LAG = 16;                    // steps by which a tile's dx trails its g
+    static constexpr int SLOTS = 4;                   // tiles a ring holds
+    static constexpr int RING_ROWS = SLOTS * TILE;    // a power of two: ring rows wrap by a mask
+    static constexpr int RING = RING_ROWS * ROW;      // bytes of one ring (x or dout)
+    static constexpr int TABLES = 2 * CHANNELS * kTapPairStride * (int)sizeof(unsigned); // two tables of tap pairs
+    static constexpr int SUMS = CHANNELS * 32 * 5 * (int)sizeof(float); // each lane's dw and dbias sums
+    static constexpr int BLOCK_BYTES = 2 * RING + TABLES + SUMS + CHANNELS * (int)sizeof(float); // + the bias
+};
+
+// The 16-bit tap at look-back distance d of channel c times tap_scale (exact in bf16), as bits.
+__device__ inline unsigned short scaled_tap_bits(const conv_args &a, int64_t c, int d)
+{
+    const float w = __uint_as_float(tap_bits(a, c, d) << 16);
+    return __bfloat16_as_ushort(__float2bfloat16_rn(tap_scale<__nv_bfloat16>() * w));
+}
+
+// The 8 × 8 16-bit matrix whose row g, columns 2q, 2q + 1 lane (g, q) holds, transposed.
+__device__ inline unsigned transposed8(unsigned m)
+{
+    unsigned t;
+    asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(t) : "r"(m));
+    return t;
+}
+
+struct mma_backward_plan {
+    int64_t channel_blocks; // blocks across C, 32 channels each
+    int64_t time_blocks;    // segments along L
+    int64_t seg_len;        // steps per segment, a multiple of the tile
+    bool whole_pieces;      // dx takes 16-byte stores
+};
+
+template <bool SILU>
+__global__ void __launch_bounds__(kBlock, 2) stream_bwd_mma(conv_args a, mma_backward_plan plan, float *ws)
+{
+    using T = __nv_bfloat16;
+    using M = mma_backward_shape;
+    next_kernel_may_start();
+    after_previous_kernels();
+    const int64_t b = blockIdx.y, c0 = blockIdx.x % plan.channel_blocks * M::CHANNELS;
+    const int64_t time_block = blockIdx.x / plan.channel_blocks, t0 = time_block * plan.seg_len;
+    const int64_t end = t0 + plan.seg_len < a.L ? t0 + plan.seg_len : a.L;
+    // g is wanted 16 steps past the segment (for its last dx); nothing is read past L.
+    const int64_t copy_end = end + M::LAG < a.L ? end + M::LAG : a.L;
+    const int tiles = (int)((end + M::LAG - t0 + M::TILE - 1) / M::TILE);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+    char *x_ring = (char *)mma_stream_memory, *d_ring = x_ring + M::RING;
+    unsigned *forward_table = (unsigned *)(d_ring + M::RING);
+    unsigned *mirror_table = forward_table + M::CHANNELS * kTapPairStride;
+    float4 *lag_sums = (float4 *)(d_ring + M::RING + M::TABLES) + warp * 8 * 32; // [channel][lane]
+    float2 *bias_sums = (float2 *)(d_ring + M::RING + M::TABLES + M::CHANNELS * 32 * 16) + warp * 4 * 32; // [m][lane]
+    float *bias = (float *)(d_ring + M::RING + M::TABLES + M::SUMS);
+    const bool warp_inside = c0 + 8 * warp < a.C; // this warp's piece has channels
+
+    // The taps' tables: threads 0–31 write the forward's pairs of channel `lane` (P[k] = w′[k − 8]
+    // as in stream_fwd_mma), threads 32–63 the mirrored product's (P[k] = wl[k − 8]), both
+    // scaled by tap_scale. Each lane keeps its forward operands in registers (24) and reads
+    // the mirrored ones at each tile: with both in registers the kernel spilled.
+    if (threadIdx.x < 64) {
+        const int64_t c = c0 + lane < a.C ? c0 + lane : a.C - 1;
+        const bool mirror = threadIdx.x >= 32;
+        unsigned short padded[2 * kTapPairs];
+#pragma unroll
+        for (int k = 0; k < 2 * kTapPairs; k++)
+            padded[k] = k >= 8 && k < 24 ? scaled_tap_bits(a, c, mirror ? k - 8 : 23 - k) : 0;
+        write_tap_pairs(mirror ? mirror_table : forward_table, lane, padded);
+        if (!mirror)
+            bias[lane] = a.bias && c0 + lane < a.C ? tap_scale<T>() * tg_to_float(((const T *)a.bias)[c * a.bs0]) : 0.0f;
+    }
+    __syncthreads();
+    unsigned taps[8][3]; // the forward's operands of this warp's 8 channels
+    read_tap_pairs(forward_table, 2 * q - g - 1 + 8, 8 * warp, taps);
+    const unsigned *mirror_pairs = tap_pairs_of(mirror_table, 2 * q - g + 8, 8 * warp);
+
+    // This thread's copies: piece threadIdx.x % 4 of rows threadIdx.x / 4 + 32j of a tile.
+    const int piece = threadIdx.x % 4, prow = threadIdx.x / 4;
+    const bool piece_inside = c0 + 8 * piece < a.C;
+    const unsigned swizzled = (unsigned)((piece ^ ((prow >> 1) & 3)) << 4);
+    const unsigned x_at = shared_address(x_ring), d_at = shared_address(d_ring);
+    const int64_t x_step = a.x.s2 * (int64_t)sizeof(T), d_step = a.y.s2 * (int64_t)sizeof(T);
+    const int64_t dx_step = a.dx.s2 * (int64_t)sizeof(T);
+    const char *x_row = (const char *)row_of<T>(a.x, b, c0) + piece * 16;
+    const char *d_row = (const char *)row_of<T>(a.y, b, c0) + piece * 16;
+    char *dx_row = (char *)row_of<T>(a.dx, b, c0) + piece * 16;
+    auto issue = [&](int k) {
+        const int64_t t = t0 + (int64_t)M::TILE * k + prow;
+        const unsigned at = ((k % M::SLOTS) * M::TILE + prow) * M::ROW + swizzled;
+        if (piece_inside && t0 + (int64_t)M::TILE * (k + 1) <= copy_end) { // the whole tile: no tests
+            const char *x_from = x_row + t * x_step, *d_from = d_row + t * d_step;
+#pragma unroll
+            for (int j = 0; j < M::TILE / 32; j++) {
+                copy16_async_to(x_at + at + j * 32 * M::ROW, x_from + j * 32 * x_step);
+                copy16_async_to(d_at + at + j * 32 * M::ROW, d_from + j * 32 * d_step);
+            }
+            return;
+        }
+#pragma unroll
+        for (int j = 0; j < M::TILE / 32; j++) {
+            const bool inside = piece_inside && t + 32 * j < copy_end;
+            copy16_async_or_zero(x_at + at + j * 32 * M::ROW, inside ? x_row + (t + 32 * j) * x_step : x_row, inside ? 16 : 0);
+            copy16_async_or_zero(d_at + at + j * 32 * M::ROW, inside ? d_row + (t + 32 * j) * d_step : d_row, inside ? 16 : 0);
+        }
+    };
+    // Tile k's dx (steps 16 before its rows') from dout's ring to dx: steps t0 … end − 1 only.
+    const int64_t final_from = final_states_from(a);
+    auto copy_out = [&](int k) {
+        const int64_t first = t0 + (int64_t)M::TILE * k - M::LAG, u = first + prow;
+        const char *from = d_ring + ((k % M::SLOTS) * M::TILE + prow) * M::ROW + swizzled;
+        if (piece_inside && plan.whole_pieces && first >= t0 && first + M::TILE <= end && first + M::TILE <= final_from) {
+            char *to = dx_row + u * dx_step; // the whole tile: no tests
+#pragma unroll
+            for (int j = 0; j < M::TILE / 32; j++)
+                *(uint4 *)(to + j * 32 * dx_step) = *(const uint4 *)(from + j * 32 * M::ROW);
+            return;
+        }
+#pragma unroll
+        for (int j = 0; j < M::TILE / 32; j++) {
+            const int64_t s = u + 32 * j;
+            if (!piece_inside || s < t0 || s >= end) continue;
+            uint4 v = *(const uint4 *)(from + j * 32 * M::ROW);
+            if (s >= final_from) { // the final states' gradient joins the last K − 1 steps
+                float f[8];
+                unpack16<T>(v, f);
+                for (int e = 0; e < 8; e++)
+                    if (c0 + 8 * piece + e < a.C) f[e] += ld<T>(a.dfinal, b, c0 + 8 * piece + e, s - final_from);
+                v = pack16<T>(f);
+            }
+            if (plan.whole_pieces) {
+                *(uint4 *)(dx_row + s * dx_step) = v;
+            } else { // dx's steps not 16-byte aligned: value by value
+                for (int e = 0; e < 8 && c0 + 8 * piece + e < a.C; e++)
+                    ((unsigned short *)(dx_row + s * dx_step))[e] = (unsigned short)(word_of(v, e / 2) >> (16 * (e % 2)));
+            }
+        }
+    };
+    // The first tile's window reaches the 16 rows before it (the ring's last): x before t0, or
+    // the history (zero without one) before step 0.
+    const unsigned halo_at = (M::RING_ROWS - M::LAG) * M::ROW;
+    if (t0 >= M::LAG) {
+        if (prow < M::LAG)
+            copy16_async_or_zero(x_at + halo_at + prow * M::ROW + swizzled, x_row + (t0 - M::LAG + prow) * x_step,
+                                 piece_inside ? 16 : 0);
+    } else if (threadIdx.x < 32) { // t0 = 0: thread = channel
+        const int64_t c = c0 + lane;
+        for (int r = 0; r < M::LAG; r++) {
+            const float v = c < a.C ? history_at<T>(a, b, c, r - M::LAG) : 0.0f;
+            *(T *)(x_ring + mma_stream_offset(M::RING_ROWS - M::LAG + r, lane / 8) + lane % 8 * 2) = tg_from_float<T>(v);
+        }
+    }
+    issue(0);
+    copies_commit();
+    if (tiles > 1) issue(1);
+    copies_commit();
+
+    // The rows this lane reads (and, in dout's ring, writes): 8s + 2q + e of a tile, e = 0 first
+    // for even g and 1 first for odd g, as in stream_fwd_mma, and the permutes that pair them.
+    const bool odd_first = g & 1;
+    const unsigned pair_low = odd_first ? 0x1054 : 0x5410, pair_high = odd_first ? 0x3276 : 0x7632;
+    const int first_row = 8 * g + 2 * q + (odd_first ? 1 : 0), second_row = first_row + (odd_first ? -1 : 1);
+    const int column = (warp ^ q) << 4; // piece `warp`, swizzled by the rows' bits 1–2 (= q)
+    const int64_t lane_step = 8 * g + 2 * q; // this lane's first step of block g in a tile
+    // The lags of this lane's dw sums (see above), as the selects of the folding.
+    const int d0 = 2 * q - g;
+    const bool lag0_late = d0 >= 0, lag1_late = d0 >= -1;
+    const unsigned ones_row = g == 0 ? 0x3f803f80u : 0u; // bf16 (1, 1): dbias' row of m-tile 1
+    // The sums live in shared memory between the tiles (each lane its own): in registers (40)
+    // they made the kernel spill.
+    unsigned previous[8][2]; // [channel][hi, lo]: g's word of block g + 8 in the previous tile
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        lag_sums[j * 32 + lane] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        previous[j][0] = previous[j][1] = 0u; // before t0: no dx written
+    }
+#pragma unroll
+    for (int m = 0; m < 4; m++) bias_sums[m * 32 + lane] = make_float2(0.0f, 0.0f);
+
+    for (int k = 0; k < tiles; k++) {
+        copies_wait_groups<1>(); // tile k's copies have landed
+        __syncthreads();         // everyone's; tile k − 1's dx is all in, tile k − 2's slot free
+        if (k > 0) copy_out(k - 1);
+        if (k + 2 < tiles) issue(k + 2);
+        copies_commit();
+        if (!warp_inside) continue;
+        const int base = (k % M::SLOTS) * M::TILE; // the tile's first ring row
+        const int64_t tile_t = t0 + (int64_t)M::TILE * k;
+        // The tiles that reach past the segment (its last one or two) mask g's steps from
+        // `end` on out of dw and dbias; the others are compiled without the masks.
+        auto compute = [&](auto past_end) {
+            constexpr bool PAST_END = decltype(past_end)::value;
+            // Masks of this lane's steps that are the segment's own (dw and dbias take only those).
+            auto own = [&](int64_t s) { return (s < end ? 0xffffu : 0u) | (s + 1 < end ? 0xffff0000u : 0u); };
+            const unsigned own_g = own(tile_t + lane_step), own_g8 = own(tile_t + lane_step + 64);
+            uint4 u0[6], u1[6];
+#pragma unroll
+            for (int i = 0; i < 6; i++) { // blocks g + s, s = −2, 6, −1, 7, 0, 8 (the operand's order)
+                const int s = i / 2 - 2 + 8 * (i % 2);
+                u0[i] = *(const uint4 *)(x_ring + ((base + first_row + 8 * s) & (M::RING_ROWS - 1)) * M::ROW + column);
+                u1[i] = *(const uint4 *)(x_ring + ((base + second_row + 8 * s) & (M::RING_ROWS - 1)) * M::ROW + column);
+            }
+            // dout's rows (and dx's, written over them) in step order: steps 2q, 2q + 1 of
+            // blocks g and g + 8, so that a word holds one step of two channels, as g and dx
+            // want it (at the cost of two-way bank conflicts on these four reads and writes).
+            const int even_row = base + 8 * g + 2 * q;
+            uint4 *dout_rows[4] = {(uint4 *)(d_ring + even_row * M::ROW + column),
+                                   (uint4 *)(d_ring + (even_row + 1) * M::ROW + column),
+                                   (uint4 *)(d_ring + (even_row + 64) * M::ROW + column),
+                                   (uint4 *)(d_ring + (even_row + 65) * M::ROW + column)};
+            uint4 dout[4], dx_rows[4];
+#pragma unroll
+            for (int r = 0; r < 4; r++) dout[r] = *dout_rows[r];
+#pragma unroll
+            for (int m = 0; m < 4; m++) { // channels 2m, 2m + 1 of the piece, side by side (h)
+                // Each step of the maths is written for both channels before the next: one
+                // channel's chain (z, its slope, g's parts, their transposes, the products) is long,
+                // and the other's instructions fill its waits.
+                unsigned w[2][6];
+                float gv[2][4]; // g at steps 2q, 2q + 1 of blocks g (0, 1) and g + 8 (2, 3)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const unsigned sel = h ? pair_high : pair_low;
+#pragma unroll
+                    for (int i = 0; i < 6; i++) w[h][i] = __byte_perm(word_of(u0[i], m), word_of(u1[i], m), sel);
+                }
+#pragma unroll
+                for (int r = 0; r < 4; r++) unpack2(word_of(dout[r], m), gv[0][r], gv[1][r], T());
+                if (SILU) {
+                    float z[2][4];
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const int ch = 2 * m + h;
+                        const float bh = bias[8 * warp + ch];
+                        const unsigned x16[4] = {w[h][0], w[h][1], w[h][2], w[h][3]};
+                        z[h][0] = z[h][1] = z[h][2] = z[h][3] = bh;
+                        mma16<T>(z[h], x16, taps[ch][0], taps[ch][1]);
+                        mma8<T>(z[h], w[h][4], w[h][5], taps[ch][2]);
+                    }
+#pragma unroll
+                    for (int h = 0; h < 2; h++)
+#pragma unroll
+                        for (int i = 0; i < 4; i++) gv[h][i] = scaled_gradient<T, true>(z[h][i], gv[h][i]);
+                } else {
+#pragma unroll
+                    for (int h = 0; h < 2; h++)
+#pragma unroll
+                        for (int i = 0; i < 4; i++) gv[h][i] = scaled_gradient<T, false>(0.0f, gv[h][i]);
+                }
+                unsigned own_words[2][2][2]; // [h][hi, lo][block g, block g + 8]
+                unsigned xt[2][6];           // X's words transposed, for dw
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    split_pair(gv[h][0], gv[h][1], own_words[h][0][0], own_words[h][1][0]);
+                    split_pair(gv[h][2], gv[h][3], own_words[h][0][1], own_words[h][1][1]);
+#pragma unroll
+                    for (int i = 0; i < 6; i++) xt[h][i] = transposed8(w[h][i]);
+                }
+                float d[2][2][4], p0[2][4], p1[2][4]; // d: [hi, lo][h]
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++) d[0][h][i] = d[1][h][i] = p0[h][i] = p1[h][i] = 0.0f;
+#pragma unroll
+                for (int part = 0; part < 2; part++) {
+                    unsigned window[2][4], gt[2][2];
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const int ch = 2 * m + h;
+                        const unsigned lo = own_words[h][part][0], hi = own_words[h][part][1];
+                        // The lanes 4 (8) before send what block g − 1 (g − 2) and g + 7 (g + 6) are:
+                        // their blocks g and g + 8, or where that wraps (to blocks −1, −2 and 7, 6),
+                        // their block g + 8 of the previous tile and their block g of this one.
+                        const bool wraps4 = g == 7, wraps8 = g >= 6;
+                        window[h][0] = __shfl_sync(0xffffffffu, wraps8 ? previous[ch][part] : lo, (lane + 24) & 31); // g − 2
+                        window[h][1] = __shfl_sync(0xffffffffu, wraps8 ? lo : hi, (lane + 24) & 31);                 // g + 6
+                        window[h][2] = __shfl_sync(0xffffffffu, wraps4 ? previous[ch][part] : lo, (lane + 28) & 31); // g − 1
+                        window[h][3] = __shfl_sync(0xffffffffu, wraps4 ? lo : hi, (lane + 28) & 31);                 // g + 7
+                        previous[ch][part] = hi;
+                        // dw, dbias: the segment's own steps only
+                        gt[h][0] = transposed8(PAST_END ? lo & own_g : lo);
+                        gt[h][1] = transposed8(PAST_END ? hi & own_g8 : hi);
+                    }
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const unsigned *pairs = mirror_pairs + (2 * m + h) * kTapPairStride;
+                        mma16<T>(d[part][h], window[h], pairs[0], pairs[4]);
+                        mma8<T>(d[part][h], own_words[h][part][0], own_words[h][part][1], pairs[8]);
+                        const unsigned xt0[4] = {xt[h][0], xt[h][2], xt[h][1], xt[h][3]};
+                        const unsigned xt1[4] = {xt[h][4], ones_row, xt[h][5], ones_row};
+                        mma16<T>(p0[h], xt0, gt[h][0], gt[h][1]);
+                        mma16<T>(p1[h], xt1, gt[h][0], gt[h][1]);
+                    }
+                }
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int ch = 2 * m + h;
+                    float4 sums = lag_sums[ch * 32 + lane];
+                    sums.x += lag0_late ? p1[h][0] : p0[h][0];
+                    sums.y += lag1_late ? p1[h][1] : p0[h][1];
+                    sums.z += p0[h][2];
+                    sums.w += p0[h][3];
+                    lag_sums[ch * 32 + lane] = sums;
+                }
+                float2 bs = bias_sums[m * 32 + lane];
+                bs.x += p1[0][2] + p1[0][3];
+                bs.y += p1[1][2] + p1[1][3];
+                bias_sums[m * 32 + lane] = bs;
+                // d[h][0], d[h][1]: dx at steps 2q, 2q + 1 of block g − 2; d[h][2], d[h][3]: of block
+                // g + 6. They go over dout's rows of blocks g and g + 8, which this lane read.
+                const unsigned e0 = pack2(d[0][0][0] + d[1][0][0], d[0][1][0] + d[1][1][0], T());
+                const unsigned e1 = pack2(d[0][0][1] + d[1][0][1], d[0][1][1] + d[1][1][1], T());
+                const unsigned f0 = pack2(d[0][0][2] + d[1][0][2], d[0][1][2] + d[1][1][2], T());
+                const unsigned f1 = pack2(d[0][0][3] + d[1][0][3], d[0][1][3] + d[1][1][3], T());
+                word_of(dx_rows[0], m) = e0;
+                word_of(dx_rows[1], m) = e1;
+                word_of(dx_rows[2], m) = f0;
+                word_of(dx_rows[3], m) = f1;
+            }
+#pragma unroll
+            for (int r = 0; r < 4; r++) *dout_rows[r] = dx_rows[r];
+        };
+        if (tile_t + M::TILE > end) compute(std::true_type());
+        else compute(std::false_type());
+    }
+    __syncthreads(); // the last tile's dx is in
+    copy_out(tiles - 1);
+
+    // dw and dbias: the lanes' sums by lag are added in a fixed order: lag i takes
+    // P[16 + n − i][n], n = 0 … 7, from lane ((16 + n − i) mod 8, n / 2), sum (rows 8–15 of
+    // m-tile 0 ? 2 : 0) + n mod 2.
+    __syncwarp();
+    if (!warp_inside) return;
+    const int64_t parts = a.B * plan.time_blocks, part = b * plan.time_blocks + time_block;
+    for (int o = lane; o < 8 * 17; o += 32) {
+        const int j = o / 17, i = o % 17;
+        const int64_t c = c0 + 8 * warp + j;
+        if (c >= a.C) continue;
+        float sum = 0.0f;
+        if (i == 16) { // dbias: row 24 of m-tile 1, lanes (0, q)
+            for (int l = 0; l < 4; l++) sum += j % 2 ? bias_sums[j / 2 * 32 + l].y : bias_sums[j / 2 * 32 + l].x;
+        } else {
+            for (int n = 0; n < 8; n++) {
+                const int row = 16 + n - i;
+                const float4 v = lag_sums[j * 32 + (row % 8) * 4 + n / 2];
+                sum += row & 8 ? (n % 2 ? v.w : v.z) : (n % 2 ? v.y : v.x);
+            }
+        }
+        partial_to_workspace(ws, parts, part, c, 17, i, tap_scale<T>() * sum);
     }
 }
 
@@ -3342,6 +3752,34 @@ template <typename T> stream_plan make_mma_stream_plan(const conv_args &a, const
     return make_stream_plan<T, 1>(a, out, stream_most_warps_across<false>(), 512, wanted_blocks, mma_stream_shape::TILE);
 }
 
+// bf16 channel-last rows at K = 9 … 16 take the backward on tensor cores (stream_bwd_mma).
+// f16 keeps the float stream backward: g / tap_scale (twice g) can pass f16's largest value.
+template <typename T, int KB> constexpr bool backward_stream_on_tensor_cores()
+{
+    return std::is_same<T, __nv_bfloat16>::value && KB == 16;
+}
+
+// stream_bwd_mma's plan: blocks of 32 channels and one segment of up to 16384 steps, halved
+// down to 256 while the grid has fewer than about two waves of blocks (two per SM). Each
+// segment's walk takes one tile of g past its end, but longer segments gained far more than
+// that tile's share: bf16 16×1536×16384 K = 16 fwd+bwd µs by the longest segment, one call
+// (bench/NOTES.md, v44): 2048 1539.9–1540.0, 4096 1458.8–1461.6, 8192 1408.9–1411.8, 16384
+// (a segment per row, 768 blocks) 1388.1–1393.6.
+mma_backward_plan make_mma_backward_plan(const conv_args &a, const tg_tensor *dx)
+{
+    using M = mma_backward_shape;
+    const int64_t wanted_blocks = 4 * (int64_t)tg_cuda_multiprocessors();
+    mma_backward_plan plan = {};
+    plan.channel_blocks = (a.C + M::CHANNELS - 1) / M::CHANNELS;
+    auto time_blocks = [&](int64_t seg_len) { return (a.L + seg_len - 1) / seg_len; };
+    plan.seg_len = 16384;
+    while (plan.seg_len > 2 * M::TILE && plan.channel_blocks * a.B * time_blocks(plan.seg_len) < wanted_blocks)
+        plan.seg_len /= 2;
+    plan.time_blocks = time_blocks(plan.seg_len);
+    plan.whole_pieces = channels_vectorisable(dx, vec_width<__nv_bfloat16>());
+    return plan;
+}
+
 template <typename T, int KB>
 tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *final_states)
 {
@@ -3488,6 +3926,7 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
     const int span_len = row_span_len(span_rows, a.L, threads, steps_per_thread);
     row_plan rplan = {};
     stream_plan splan = {};
+    mma_backward_plan mplan = {};
     tile_plan tplan = {};
     void (*row_kernel)(conv_args, row_plan, float *) = NULL;
     const size_t row_shared = row_shape<T, KB>::backward_bytes(span_len, span_stages, span_rows); // span buffers
@@ -3516,7 +3955,11 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
             rplan = plan_rows(true);
         parts = rplan.chunks;
         if (!fits_row_grid(a, rplan)) return too_large(a);
-    } else if (streams) {
+    } else if (streams && backward_stream_on_tensor_cores<T, KB>()) {
+        mplan = make_mma_backward_plan(a, dx);
+        parts = a.B * mplan.time_blocks;
+        if (mplan.channel_blocks * mplan.time_blocks > INT32_MAX || a.B > 65535) return too_large(a);
+    } else if (streams) { // (wide 16-bit taps in f16 only: bf16 took the branch above)
         // Wide taps take longer segments: each segment recomputes K − 1 steps past its end and
         // computes its first and last chunks with bounds tests, a larger share at K > 4.
         // bf16 16×1536×16384 fwd+bwd, 512 steps against 256: K = 8 1285 → 1259 µs, but
@@ -3560,16 +4003,26 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
         status = launch_overlapped(op, row_kernel, dim3((unsigned)(a.C * rplan.chunks)), dim3(threads), row_shared, a,
                                    rplan, ws);
     } else if (streams) {
-        auto kernel = a.silu ? stream_bwd<T, KB, true> : stream_bwd<T, KB, false>;
-        // At K ≤ 4 its registers let five blocks onto an SM; four measured faster (bf16
-        // channel-last K = 4 fwd+bwd 1052.5–1053.1 → 1045.9–1046.0 µs, K = 2 1039.1–1039.9 →
-        // 1034.1–1035.4, f32 K = 4 2015.3–2016.8 → 2010.7–2011.0; K = 8, at four already,
-        // level; bench/NOTES.md, v35): a carve-out for four blocks' rings keeps it there,
-        // and leaves the rest of the SM's memory to L1.
-        static const int carveout = carveout_for_blocks(kStreamBackwardBlocks, stream_backward_ring_bytes<KB>());
-        static bool carveout_set[2];
-        prefer_fewer_resident_blocks(kernel, carveout_set[a.silu], carveout);
-        status = launch_overlapped(op, kernel, stream_grid(a, splan), dim3(kBlock), 0, a, splan, ws);
+        if constexpr (backward_stream_on_tensor_cores<T, KB>()) {
+            auto kernel = a.silu ? stream_bwd_mma<true> : stream_bwd_mma<false>;
+            static bool shared_set[2]; // backward_kernels is one per T, KB
+            // Past the 48 KB a launch gets without asking (if refused, the launch fails and says so).
+            set_attribute_once(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, mma_backward_shape::BLOCK_BYTES,
+                               shared_set[a.silu]);
+            const dim3 grid((unsigned)(mplan.channel_blocks * mplan.time_blocks), (unsigned)a.B);
+            status = launch_overlapped(op, kernel, grid, dim3(kBlock), mma_backward_shape::BLOCK_BYTES, a, mplan, ws);
+        } else {
+            auto kernel = a.silu ? stream_bwd<T, KB, true> : stream_bwd<T, KB, false>;
+            // At K ≤ 4 its registers let five blocks onto an SM; four measured faster (bf16
+            // channel-last K = 4 fwd+bwd 1052.5–1053.1 → 1045.9–1046.0 µs, K = 2 1039.1–1039.9 →
+            // 1034.1–1035.4, f32 K = 4 2015.3–2016.8 → 2010.7–2011.0; K = 8, at four already,
+            // level; bench/NOTES.md, v35): a carve-out for four blocks' rings keeps it there,
+            // and leaves the rest of the SM's memory to L1.
+            static const int carveout = carveout_for_blocks(kStreamBackwardBlocks, stream_backward_ring_bytes<KB>());
+            static bool carveout_set[2];
+            prefer_fewer_resident_blocks(kernel, carveout_set[a.silu], carveout);
+            status = launch_overlapped(op, kernel, stream_grid(a, splan), dim3(kBlock), 0, a, splan, ws);
+        }
     } else {
         auto kernel = a.silu ? tile_bwd<T, KB, true> : tile_bwd<T, KB, false>;
         status = launch_overlapped(op, kernel, tile_grid(a, tplan), dim3(kBlock), 0, a, tplan, ws);
