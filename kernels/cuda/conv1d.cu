@@ -3213,8 +3213,9 @@ __global__ void __launch_bounds__(kBlock, 2) stream_bwd_mma(conv_args a, mma_bac
                 bs.x += p1[0][2] + p1[0][3];
                 bs.y += p1[1][2] + p1[1][3];
                 bias_sums[m * 32 + lane] = bs;
-                // d[h][0], d[h][1]: dx at steps 2q, 2q + 1 of block g − 2; d[h][2], d[h][3]: of block
-                // g + 6. They go over dout's rows of blocks g and g + 8, which this lane read.
+                // d[part][h][0], [1]: channel h's dx (from g's hi or lo part) at steps 2q, 2q + 1
+                // of block g − 2; [2], [3]: of block g + 6. They go over dout's rows of blocks g
+                // and g + 8, which this lane read.
                 const unsigned e0 = pack2(d[0][0][0] + d[1][0][0], d[0][1][0] + d[1][1][0], T());
                 const unsigned e1 = pack2(d[0][0][1] + d[1][0][1], d[0][1][1] + d[1][1][1], T());
                 const unsigned f0 = pack2(d[0][0][2] + d[1][0][2], d[0][1][2] + d[1][1][2], T());
