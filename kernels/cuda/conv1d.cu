@@ -2581,6 +2581,38 @@ __device__ inline void read_tap_pairs(const unsigned *table, int m, int first_ch
         for (int r = 0; r < 3; r++) taps[j][r] = mine[j * kTapPairStride + 4 * r];
 }
 
+// The 16 steps before step 0 of channel c (its history, or zeros) into rows first_row …
+// first_row + 15 of a ring laid out by mma_stream_offset, `lane` being the channel's place in
+// the row (one lane per channel).
+template <typename T>
+__device__ inline void stage_history_rows(const conv_args &a, int64_t b, int64_t c, int lane, char *ring, int first_row)
+{
+    for (int r = 0; r < 16; r++) {
+        const float v = c < a.C ? history_at<T>(a, b, c, r - 16) : 0.0f;
+        *(T *)(ring + mma_stream_offset(first_row + r, lane / 8) + lane % 8 * 2) = tg_from_float<T>(v);
+    }
+}
+
+// The rows lane (g, q) reads for a block's step pair, 8s + 2q and 8s + 2q + 1 (as offsets from
+// the block's first row): the odd one first for odd g, so that a quarter-warp's 16-byte reads
+// meet eight bank groups, and the byte permutes that pair each channel's two steps (the lower
+// step in the lower half) from the words of the first and second row.
+struct step_pair_rows {
+    bool odd_first;
+    unsigned pair_low, pair_high; // channels 2m and 2m + 1 of a word
+    int first, second;
+};
+__device__ inline step_pair_rows step_pair_rows_of(int g, int q)
+{
+    step_pair_rows rows;
+    rows.odd_first = g & 1;
+    rows.pair_low = rows.odd_first ? 0x1054 : 0x5410;
+    rows.pair_high = rows.odd_first ? 0x3276 : 0x7632;
+    rows.first = 8 * g + 2 * q + (rows.odd_first ? 1 : 0);
+    rows.second = rows.first + (rows.odd_first ? -1 : 1);
+    return rows;
+}
+
 template <typename T, bool SILU>
 __global__ void __launch_bounds__(kBlock, 2) stream_fwd_mma(conv_args a, stream_plan plan)
 {
@@ -2640,11 +2672,7 @@ __global__ void __launch_bounds__(kBlock, 2) stream_fwd_mma(conv_args a, stream_
             copy16_async_or_zero(ring_at + (prow + 8 * j) * M::ROW + swizzled,
                                  x_row + (p.t0 - M::HALO + prow + 8 * j) * x_step, piece_inside ? 16 : 0);
     } else { // t0 = 0: lane = channel
-        const int64_t c = p.c0 + lane;
-        for (int r = 0; r < M::HALO; r++) {
-            const float v = c < a.C ? history_at<T>(a, p.b, c, r - M::HALO) : 0.0f;
-            *(T *)(ring + mma_stream_offset(r, lane / 8) + lane % 8 * 2) = tg_from_float<T>(v);
-        }
+        stage_history_rows<T>(a, p.b, p.c0 + lane, lane, ring, 0);
     }
     issue(0);
     copies_commit();
@@ -2653,10 +2681,10 @@ __global__ void __launch_bounds__(kBlock, 2) stream_fwd_mma(conv_args a, stream_
 
     // The rows this lane reads and writes: 8s + 2q + e of a tile, e = 0 first for even g and
     // e = 1 first for odd g (odd_first), and the byte permutes that pair them per channel.
-    const bool odd_first = g & 1;
-    const unsigned pair_low = odd_first ? 0x1054 : 0x5410, pair_high = odd_first ? 0x3276 : 0x7632;
-    const int first_row = M::HALO + 8 * g + 2 * q + (odd_first ? 1 : 0);
-    const int second_row = first_row + (odd_first ? -1 : 1);
+    const step_pair_rows pair_rows = step_pair_rows_of(g, q);
+    const bool odd_first = pair_rows.odd_first;
+    const unsigned pair_low = pair_rows.pair_low, pair_high = pair_rows.pair_high;
+    const int first_row = M::HALO + pair_rows.first, second_row = first_row + (odd_first ? -1 : 1);
     for (int k = 0; k < tiles; k++) {
         copies_wait_groups<1>(); // tile k's copies have landed
         __syncwarp();            // everyone's, and everyone is done with tile k − 1's slot
@@ -3051,11 +3079,7 @@ __global__ void __launch_bounds__(kBlock, 2) stream_bwd_mma(conv_args a, mma_bac
             copy16_async_or_zero(x_at + halo_at + prow * M::ROW + swizzled, x_row + (t0 - M::LAG + prow) * x_step,
                                  piece_inside ? 16 : 0);
     } else if (threadIdx.x < 32) { // t0 = 0: thread = channel
-        const int64_t c = c0 + lane;
-        for (int r = 0; r < M::LAG; r++) {
-            const float v = c < a.C ? history_at<T>(a, b, c, r - M::LAG) : 0.0f;
-            *(T *)(x_ring + mma_stream_offset(M::RING_ROWS - M::LAG + r, lane / 8) + lane % 8 * 2) = tg_from_float<T>(v);
-        }
+        stage_history_rows<T>(a, b, c0 + lane, lane, x_ring, M::RING_ROWS - M::LAG);
     }
     issue(0);
     copies_commit();
@@ -3064,9 +3088,9 @@ __global__ void __launch_bounds__(kBlock, 2) stream_bwd_mma(conv_args a, mma_bac
 
     // The rows this lane reads (and, in dout's ring, writes): 8s + 2q + e of a tile, e = 0 first
     // for even g and 1 first for odd g, as in stream_fwd_mma, and the permutes that pair them.
-    const bool odd_first = g & 1;
-    const unsigned pair_low = odd_first ? 0x1054 : 0x5410, pair_high = odd_first ? 0x3276 : 0x7632;
-    const int first_row = 8 * g + 2 * q + (odd_first ? 1 : 0), second_row = first_row + (odd_first ? -1 : 1);
+    const step_pair_rows pair_rows = step_pair_rows_of(g, q);
+    const unsigned pair_low = pair_rows.pair_low, pair_high = pair_rows.pair_high;
+    const int first_row = pair_rows.first, second_row = pair_rows.second;
     const int column = (warp ^ q) << 4; // piece `warp`, swizzled by the rows' bits 1–2 (= q)
     const int64_t lane_step = 8 * g + 2 * q; // this lane's first step of block g in a tile
     // The lags of this lane's dw sums (see above), as the selects of the folding.
@@ -3610,12 +3634,13 @@ template <typename T, int CPT> bool streams_take(const conv_args &a, const tg_te
     return a.C % V == 0 && channels_vectorisable(x, V) && channels_vectorisable(y, V) && channels_vectorisable(out, CPT);
 }
 
-bool fits_stream_grid(const conv_args &a, const stream_plan &plan)
+// (Plan: stream_plan or mma_backward_plan, whose blocks are laid out the same way.)
+template <typename Plan> bool fits_stream_grid(const conv_args &a, const Plan &plan)
 {
     return plan.channel_blocks * plan.time_blocks <= INT32_MAX && a.B <= 65535;
 }
 
-dim3 stream_grid(const conv_args &a, const stream_plan &plan)
+template <typename Plan> dim3 stream_grid(const conv_args &a, const Plan &plan)
 {
     return dim3((unsigned)(plan.channel_blocks * plan.time_blocks), (unsigned)a.B);
 }
@@ -3959,7 +3984,7 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
     } else if (streams && backward_stream_on_tensor_cores<T, KB>()) {
         mplan = make_mma_backward_plan(a, dx);
         parts = a.B * mplan.time_blocks;
-        if (mplan.channel_blocks * mplan.time_blocks > INT32_MAX || a.B > 65535) return too_large(a);
+        if (!fits_stream_grid(a, mplan)) return too_large(a);
     } else if (streams) { // (wide 16-bit taps in f16 only: bf16 took the branch above)
         // Wide taps take longer segments: each segment recomputes K − 1 steps past its end and
         // computes its first and last chunks with bounds tests, a larger share at K > 4.
@@ -4010,8 +4035,8 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
             // Past the 48 KB a launch gets without asking (if refused, the launch fails and says so).
             set_attribute_once(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, mma_backward_shape::BLOCK_BYTES,
                                shared_set[a.silu]);
-            const dim3 grid((unsigned)(mplan.channel_blocks * mplan.time_blocks), (unsigned)a.B);
-            status = launch_overlapped(op, kernel, grid, dim3(kBlock), mma_backward_shape::BLOCK_BYTES, a, mplan, ws);
+            status = launch_overlapped(op, kernel, stream_grid(a, mplan), dim3(kBlock), mma_backward_shape::BLOCK_BYTES, a,
+                                       mplan, ws);
         } else {
             auto kernel = a.silu ? stream_bwd<T, KB, true> : stream_bwd<T, KB, false>;
             // At K ≤ 4 its registers let five blocks onto an SM; four measured faster (bf16
