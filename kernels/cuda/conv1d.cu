@@ -2926,13 +2926,15 @@ __global__ void __launch_bounds__(kBlock, kStreamBackwardBlocks) stream_bwd(conv
 // k's window reaches the 16 rows before it in the ring (a wrap at its start), so no halo is
 // copied; two tiles are in flight while one is computed and one copied out, and one block
 // barrier per tile orders them. With the taps' tables and the lanes' sums a block holds 94 KB:
-// 2 blocks per SM, 8 warps of 216–238 registers.
-//   Measured (bench/NOTES.md, v44): bf16 16×1536×16384 K = 16 fwd+bwd 1637.0 µs with the
-// stream backward, 1388–1394 with this one; 8×1536×2048 160.4 → 136–137. Its first build
-// issued 1376 warp instructions per tile of 1024 outputs (about 130 per channel: the products
-// are 10 of them) at 46% of the issue slots, its warps mostly waiting on each channel's chain
-// of dependent steps (Nsight: `wait` and `short_scoreboard` lead the stalls): with 8 warps per
-// SM, latency, not bandwidth, sets its pace.
+// 2 blocks per SM, 8 warps of 242–252 registers.
+//   Measured (bench/NOTES.md, v44, v45): bf16 16×1536×16384 K = 16 fwd+bwd 1637.0 µs with the
+// stream backward, 1388–1394 with this one's first form, 1367–1368 now; 8×1536×2048 160.4 →
+// 136–137. A warp issues about 1120 instructions per tile of 1024 outputs (80 of them the
+// products) at 45% of the issue slots, and the L1 pipe (shared memory and the copies) was 78%
+// busy in the first form (Nsight, v45), at about 330 shared-memory wavefronts per warp and
+// tile: x's window reads 48, the lag sums 64, the cp.async writes 64 (each 512 bytes in rows of
+// 64 bytes takes 8, not 4). Three blocks per SM (one tile in flight, 168 registers) measured
+// slower (1484 µs, v45): the L1 pipe, more than each channel's chain of latencies, sets its pace.
 struct mma_backward_shape {
     static constexpr int CHANNELS = 32;               // a block's channels: 64-byte rows
     static constexpr int ROW = 64;                    // bytes of a staged row
@@ -3091,22 +3093,23 @@ __global__ void __launch_bounds__(kBlock, 2) stream_bwd_mma(conv_args a, mma_bac
     const step_pair_rows pair_rows = step_pair_rows_of(g, q);
     const unsigned pair_low = pair_rows.pair_low, pair_high = pair_rows.pair_high;
     const int first_row = pair_rows.first, second_row = pair_rows.second;
+    const bool odd_first = pair_rows.odd_first;
     const int column = (warp ^ q) << 4; // piece `warp`, swizzled by the rows' bits 1–2 (= q)
     const int64_t lane_step = 8 * g + 2 * q; // this lane's first step of block g in a tile
     // The lags of this lane's dw sums (see above), as the selects of the folding.
     const int d0 = 2 * q - g;
     const bool lag0_late = d0 >= 0, lag1_late = d0 >= -1;
     const unsigned ones_row = g == 0 ? 0x3f803f80u : 0u; // bf16 (1, 1): dbias' row of m-tile 1
-    // The sums live in shared memory between the tiles (each lane its own): in registers (40)
-    // they made the kernel spill.
+    // The lag sums live in shared memory between the tiles (each lane its own): in registers
+    // (32) they made the kernel spill. dbias' sums (8) fit in registers, and measured faster
+    // there than read and written back per tile (bench/NOTES.md, v45).
     unsigned previous[8][2]; // [channel][hi, lo]: g's word of block g + 8 in the previous tile
 #pragma unroll
     for (int j = 0; j < 8; j++) {
         lag_sums[j * 32 + lane] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         previous[j][0] = previous[j][1] = 0u; // before t0: no dx written
     }
-#pragma unroll
-    for (int m = 0; m < 4; m++) bias_sums[m * 32 + lane] = make_float2(0.0f, 0.0f);
+    float bias_acc[8] = {}; // [channel]: dbias' sums (lanes g = 0 only; the others add zeros)
 
     for (int k = 0; k < tiles; k++) {
         copies_wait_groups<1>(); // tile k's copies have landed
@@ -3131,14 +3134,15 @@ __global__ void __launch_bounds__(kBlock, 2) stream_bwd_mma(conv_args a, mma_bac
                 u0[i] = *(const uint4 *)(x_ring + ((base + first_row + 8 * s) & (M::RING_ROWS - 1)) * M::ROW + column);
                 u1[i] = *(const uint4 *)(x_ring + ((base + second_row + 8 * s) & (M::RING_ROWS - 1)) * M::ROW + column);
             }
-            // dout's rows (and dx's, written over them) in step order: steps 2q, 2q + 1 of
-            // blocks g and g + 8, so that a word holds one step of two channels, as g and dx
-            // want it (at the cost of two-way bank conflicts on these four reads and writes).
-            const int even_row = base + 8 * g + 2 * q;
-            uint4 *dout_rows[4] = {(uint4 *)(d_ring + even_row * M::ROW + column),
-                                   (uint4 *)(d_ring + (even_row + 1) * M::ROW + column),
-                                   (uint4 *)(d_ring + (even_row + 64) * M::ROW + column),
-                                   (uint4 *)(d_ring + (even_row + 65) * M::ROW + column)};
+            // dout's rows (and dx's, written over them): steps 2q, 2q + 1 of blocks g and g + 8,
+            // the odd step first for odd g as X's rows, so that these four reads and writes
+            // meet no bank conflicts; a word holds one step of two channels, put in step order
+            // by a select (in step order for all lanes, the rows conflicted two ways: 1392 µs
+            // against 1372, bench/NOTES.md, v45).
+            uint4 *dout_rows[4] = {(uint4 *)(d_ring + (base + first_row) * M::ROW + column),
+                                   (uint4 *)(d_ring + (base + second_row) * M::ROW + column),
+                                   (uint4 *)(d_ring + (base + first_row + 64) * M::ROW + column),
+                                   (uint4 *)(d_ring + (base + second_row + 64) * M::ROW + column)};
             uint4 dout[4], dx_rows[4];
 #pragma unroll
             for (int r = 0; r < 4; r++) dout[r] = *dout_rows[r];
@@ -3156,7 +3160,10 @@ __global__ void __launch_bounds__(kBlock, 2) stream_bwd_mma(conv_args a, mma_bac
                     for (int i = 0; i < 6; i++) w[h][i] = __byte_perm(word_of(u0[i], m), word_of(u1[i], m), sel);
                 }
 #pragma unroll
-                for (int r = 0; r < 4; r++) unpack2(word_of(dout[r], m), gv[0][r], gv[1][r], T());
+                for (int r = 0; r < 4; r++) {
+                    const unsigned mine = word_of(dout[r], m), other = word_of(dout[r ^ 1], m);
+                    unpack2(odd_first ? other : mine, gv[0][r], gv[1][r], T()); // in step order
+                }
                 if (SILU) {
                     float z[2][4];
 #pragma unroll
@@ -3233,10 +3240,8 @@ __global__ void __launch_bounds__(kBlock, 2) stream_bwd_mma(conv_args a, mma_bac
                     sums.w += p0[h][3];
                     lag_sums[ch * 32 + lane] = sums;
                 }
-                float2 bs = bias_sums[m * 32 + lane];
-                bs.x += p1[0][2] + p1[0][3];
-                bs.y += p1[1][2] + p1[1][3];
-                bias_sums[m * 32 + lane] = bs;
+                bias_acc[2 * m] += p1[0][2] + p1[0][3];
+                bias_acc[2 * m + 1] += p1[1][2] + p1[1][3];
                 // d[part][h][0], [1]: channel h's dx (from g's hi or lo part) at steps 2q, 2q + 1
                 // of block g − 2; [2], [3]: of block g + 6. They go over dout's rows of blocks g
                 // and g + 8, which this lane read.
@@ -3244,10 +3249,10 @@ __global__ void __launch_bounds__(kBlock, 2) stream_bwd_mma(conv_args a, mma_bac
                 const unsigned e1 = pack2(d[0][0][1] + d[1][0][1], d[0][1][1] + d[1][1][1], T());
                 const unsigned f0 = pack2(d[0][0][2] + d[1][0][2], d[0][1][2] + d[1][1][2], T());
                 const unsigned f1 = pack2(d[0][0][3] + d[1][0][3], d[0][1][3] + d[1][1][3], T());
-                word_of(dx_rows[0], m) = e0;
-                word_of(dx_rows[1], m) = e1;
-                word_of(dx_rows[2], m) = f0;
-                word_of(dx_rows[3], m) = f1;
+                word_of(dx_rows[0], m) = odd_first ? e1 : e0;
+                word_of(dx_rows[1], m) = odd_first ? e0 : e1;
+                word_of(dx_rows[2], m) = odd_first ? f1 : f0;
+                word_of(dx_rows[3], m) = odd_first ? f0 : f1;
             }
 #pragma unroll
             for (int r = 0; r < 4; r++) *dout_rows[r] = dx_rows[r];
@@ -3257,6 +3262,8 @@ __global__ void __launch_bounds__(kBlock, 2) stream_bwd_mma(conv_args a, mma_bac
     }
     __syncthreads(); // the last tile's dx is in
     copy_out(tiles - 1);
+#pragma unroll
+    for (int m = 0; m < 4; m++) bias_sums[m * 32 + lane] = make_float2(bias_acc[2 * m], bias_acc[2 * m + 1]);
 
     // dw and dbias: the lanes' sums by lag are added in a fixed order: lag i takes
     // P[16 + n − i][n], n = 0 … 7, from lane ((16 + n − i) mod 8, n / 2), sum (rows 8–15 of
