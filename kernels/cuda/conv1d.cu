@@ -35,6 +35,7 @@
 #include "kernels/conv1d.h"
 #include "kernels/cuda/common.cuh"
 
+#include <cudaTypedefs.h> // the tensor maps' encoder (no link to the driver library: found at run time)
 #include <type_traits>
 
 
@@ -341,6 +342,21 @@ __device__ inline void arrival_wait(uint64_t *barrier, unsigned parity)
                  "}\n" ::"r"(shared_address(barrier)),
                  "r"(parity)
                  : "memory");
+}
+
+// Thread 0: the box of a tensor map at coordinates (c, t, b) into shared memory, laid out (and
+// swizzled) as the map says, its bytes counted on the barrier as by bulk_copy_to_shared.
+// Coordinates past the tensor's ends read as zeros.
+__device__ inline void tensor_box_to_shared(void *shared, const CUtensorMap *map, int c, int t, int b, unsigned bytes,
+                                            uint64_t *barrier)
+{
+#if TG_BULK_COPY
+    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n"
+                 "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%2], [%3, {%4, %5, %6}], [%0];\n" ::"r"(
+                     shared_address(barrier)),
+                 "r"(bytes), "r"(shared_address(shared)), "l"(map), "r"(c), "r"(t), "r"(b)
+                 : "memory");
+#endif
 }
 
 // ---- row kernels (channel-first) ------------------------------------------------------------
@@ -2922,11 +2938,14 @@ __global__ void __launch_bounds__(kBlock, kStreamBackwardBlocks) stream_bwd(conv
 // steps 16 later (the lane's own rows: each lane writes what it read), and copied out by the
 // block a tile later. A segment's walk takes one tile more than its steps, for g of the 16
 // steps after it (the next segment's, or zeros past L); those steps stay out of dw and dbias.
-// x's and dout's rows come in by cp.async into two rings of four tiles per block (64 KB): tile
-// k's window reaches the 16 rows before it in the ring (a wrap at its start), so no halo is
-// copied; two tiles are in flight while one is computed and one copied out, and one block
-// barrier per tile orders them. With the taps' tables and the lanes' sums a block holds 94 KB:
-// 2 blocks per SM, 8 warps of 242–252 registers.
+// x's and dout's tiles come in by the copy engine into two rings of four tiles per block (64
+// KB): thread 0 issues one tensor copy per tile and tensor (a box of 32 channels × 128 steps,
+// swizzled as the rings are, zeros past L and C), counted on the slot's barrier; before Hopper
+// every thread issues 16-byte cp.async copies instead. Tile k's window reaches the 16 rows
+// before it in the ring (a wrap at its start), so no halo is copied; two tiles are in flight
+// while one is computed and one copied out, and one block barrier per tile orders them. With
+// the taps' tables and the lanes' sums a block holds 95 KB: 2 blocks per SM, 8 warps of
+// 236–245 registers.
 //   Measured (bench/NOTES.md, v44, v45): bf16 16×1536×16384 K = 16 fwd+bwd 1637.0 µs with the
 // stream backward, 1388–1394 with this one's first form, 1367–1368 now; 8×1536×2048 160.4 →
 // 136–137. A warp issues about 1120 instructions per tile of 1024 outputs (80 of them the
@@ -2935,6 +2954,8 @@ __global__ void __launch_bounds__(kBlock, kStreamBackwardBlocks) stream_bwd(conv
 // tile: x's window reads 48, the lag sums 64, the cp.async writes 64 (each 512 bytes in rows of
 // 64 bytes takes 8, not 4). Three blocks per SM (one tile in flight, 168 registers) measured
 // slower (1484 µs, v45): the L1 pipe, more than each channel's chain of latencies, sets its pace.
+// The tensor copies took the cp.async writes off that pipe (and their ~30 instructions per
+// warp and tile): 1359–1366 → 1315 µs, 8×1536×2048 136.0–136.3 → 130.2–130.3 (v45).
 struct mma_backward_shape {
     static constexpr int CHANNELS = 32;               // a block's channels: 64-byte rows
     static constexpr int ROW = 64;                    // bytes of a staged row
@@ -2945,7 +2966,9 @@ struct mma_backward_shape {
     static constexpr int RING = RING_ROWS * ROW;      // bytes of one ring (x or dout)
     static constexpr int TABLES = 2 * CHANNELS * kTapPairStride * (int)sizeof(unsigned); // two tables of tap pairs
     static constexpr int SUMS = CHANNELS * 32 * 5 * (int)sizeof(float); // each lane's dw and dbias sums
-    static constexpr int BLOCK_BYTES = 2 * RING + TABLES + SUMS + CHANNELS * (int)sizeof(float); // + the bias
+    static constexpr int BARRIERS = SLOTS * (int)sizeof(uint64_t); // a tile's arrival per slot (tensor copies)
+    static constexpr int ALIGNMENT = 512; // the tensor copies' 64-byte swizzle follows address bits 4–8
+    static constexpr int BLOCK_BYTES = 2 * RING + TABLES + SUMS + CHANNELS * (int)sizeof(float) + BARRIERS + ALIGNMENT;
 };
 
 // The 16-bit tap at look-back distance d of channel c times tap_scale (exact in bf16), as bits.
@@ -2971,7 +2994,9 @@ struct mma_backward_plan {
 };
 
 template <bool SILU>
-__global__ void __launch_bounds__(kBlock, 2) stream_bwd_mma(conv_args a, mma_backward_plan plan, float *ws)
+__global__ void __launch_bounds__(kBlock, 2)
+    stream_bwd_mma(conv_args a, mma_backward_plan plan, float *ws, const __grid_constant__ CUtensorMap x_map,
+                   const __grid_constant__ CUtensorMap d_map)
 {
     using T = __nv_bfloat16;
     using M = mma_backward_shape;
@@ -2984,12 +3009,15 @@ __global__ void __launch_bounds__(kBlock, 2) stream_bwd_mma(conv_args a, mma_bac
     const int64_t copy_end = end + M::LAG < a.L ? end + M::LAG : a.L;
     const int tiles = (int)((end + M::LAG - t0 + M::TILE - 1) / M::TILE);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
-    char *x_ring = (char *)mma_stream_memory, *d_ring = x_ring + M::RING;
+    char *x_ring = (char *)mma_stream_memory, *d_ring;
+    if (TG_BULK_COPY) x_ring += (M::ALIGNMENT - (shared_address(x_ring) & (M::ALIGNMENT - 1))) & (M::ALIGNMENT - 1);
+    d_ring = x_ring + M::RING;
     unsigned *forward_table = (unsigned *)(d_ring + M::RING);
     unsigned *mirror_table = forward_table + M::CHANNELS * kTapPairStride;
     float4 *lag_sums = (float4 *)(d_ring + M::RING + M::TABLES) + warp * 8 * 32; // [channel][lane]
     float2 *bias_sums = (float2 *)(d_ring + M::RING + M::TABLES + M::CHANNELS * 32 * 16) + warp * 4 * 32; // [m][lane]
     float *bias = (float *)(d_ring + M::RING + M::TABLES + M::SUMS);
+    uint64_t *slot_arrivals = (uint64_t *)(bias + M::CHANNELS); // [slot]: tile k's tensor copies, phase k / SLOTS
     const bool warp_inside = c0 + 8 * warp < a.C; // this warp's piece has channels
 
     // The taps' tables: threads 0–31 write the forward's pairs of channel `lane` (P[k] = w′[k − 8]
@@ -3007,6 +3035,10 @@ __global__ void __launch_bounds__(kBlock, 2) stream_bwd_mma(conv_args a, mma_bac
         if (!mirror)
             bias[lane] = a.bias && c0 + lane < a.C ? tap_scale<T>() * tg_to_float(((const T *)a.bias)[c * a.bs0]) : 0.0f;
     }
+    if (TG_BULK_COPY && threadIdx.x == 0) {
+        for (int s = 0; s < M::SLOTS; s++) arrival_barrier_init(&slot_arrivals[s]);
+        arrival_barriers_published();
+    }
     __syncthreads();
     unsigned taps[8][3]; // the forward's operands of this warp's 8 channels
     read_tap_pairs(forward_table, 2 * q - g - 1 + 8, 8 * warp, taps);
@@ -3023,6 +3055,17 @@ __global__ void __launch_bounds__(kBlock, 2) stream_bwd_mma(conv_args a, mma_bac
     const char *d_row = (const char *)row_of<T>(a.y, b, c0) + piece * 16;
     char *dx_row = (char *)row_of<T>(a.dx, b, c0) + piece * 16;
     auto issue = [&](int k) {
+#if TG_BULK_COPY
+        if (threadIdx.x == 0) { // both tiles by the copy engine; rows past L and channels past C as zeros
+            uint64_t *arrival = &slot_arrivals[k % M::SLOTS];
+            const int t = (int)(t0 + (int64_t)M::TILE * k), slot = (k % M::SLOTS) * M::TILE * M::ROW;
+            async_copies_follow();
+            tensor_box_to_shared(x_ring + slot, &x_map, (int)c0, t, (int)b, M::TILE * M::ROW, arrival);
+            tensor_box_to_shared(d_ring + slot, &d_map, (int)c0, t, (int)b, M::TILE * M::ROW, arrival);
+            arrival_arrive(arrival);
+        }
+        return;
+#endif
         const int64_t t = t0 + (int64_t)M::TILE * k + prow;
         const unsigned at = ((k % M::SLOTS) * M::TILE + prow) * M::ROW + swizzled;
         if (piece_inside && t0 + (int64_t)M::TILE * (k + 1) <= copy_end) { // the whole tile: no tests
@@ -3112,7 +3155,12 @@ __global__ void __launch_bounds__(kBlock, 2) stream_bwd_mma(conv_args a, mma_bac
     float bias_acc[8] = {}; // [channel]: dbias' sums (lanes g = 0 only; the others add zeros)
 
     for (int k = 0; k < tiles; k++) {
-        copies_wait_groups<1>(); // tile k's copies have landed
+        if (TG_BULK_COPY) {
+            if (k == 0) copies_wait_all(); // the first tile's window history
+            arrival_wait(&slot_arrivals[k % M::SLOTS], k / M::SLOTS % 2);
+        } else {
+            copies_wait_groups<1>(); // tile k's copies have landed
+        }
         __syncthreads();         // everyone's; tile k − 1's dx is all in, tile k − 2's slot free
         if (k > 0) copy_out(k - 1);
         if (k + 2 < tiles) issue(k + 2);
@@ -3798,6 +3846,43 @@ template <typename T, int KB> constexpr bool backward_stream_on_tensor_cores()
 // that tile's share: bf16 16×1536×16384 K = 16 fwd+bwd µs by the longest segment, one call
 // (bench/NOTES.md, v44): 2048 1539.9–1540.0, 4096 1458.8–1461.6, 8192 1408.9–1411.8, 16384
 // (a segment per row, 768 blocks) 1388.1–1393.6.
+// The driver's tensor-map encoder, looked up once (NULL where the driver has none).
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder()
+{
+    static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+        void *entry = NULL;
+        cudaDriverEntryPointQueryResult found;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &entry, 12000, cudaEnableDefault, &found) !=
+                cudaSuccess ||
+            found != cudaDriverEntryPointSuccess) {
+            cudaGetLastError(); // not an error of the launch to come
+            return (PFN_cuTensorMapEncodeTiled_v12000)NULL;
+        }
+        return (PFN_cuTensorMapEncodeTiled_v12000)entry;
+    }();
+    return encode;
+}
+
+// A tensor map of bf16 channel-last data t (B, C, L with unit channel stride) in boxes of
+// stream_bwd_mma's tiles (32 channels × 128 steps of one row) and its rings' layout (16-byte
+// pieces swizzled by 64 bytes). False where the copy engine cannot take the tensor (steps not
+// 16-byte aligned, coordinates past 2^31) or the driver cannot encode it.
+bool channel_last_box_map(const t3 &t, const conv_args &a, CUtensorMap *map)
+{
+    using M = mma_backward_shape;
+    const int64_t step_bytes = t.s2 * 2, row_bytes = t.s0 * 2;
+    PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+    if (!encode || t.s1 != 1 || (uintptr_t)t.p % 16 != 0 || step_bytes % 16 != 0 || row_bytes % 16 != 0 || step_bytes <= 0 ||
+        row_bytes <= 0 || a.C > INT32_MAX || a.L > INT32_MAX - 2 * M::TILE || a.B > INT32_MAX)
+        return false;
+    const cuuint64_t dims[3] = {(cuuint64_t)a.C, (cuuint64_t)a.L, (cuuint64_t)a.B};
+    const cuuint64_t strides[2] = {(cuuint64_t)step_bytes, (cuuint64_t)row_bytes};
+    const cuuint32_t box[3] = {M::CHANNELS, M::TILE, 1}, element_strides[3] = {1, 1, 1};
+    return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, t.p, dims, strides, box, element_strides,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_64B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 mma_backward_plan make_mma_backward_plan(const conv_args &a, const tg_tensor *dx)
 {
     using M = mma_backward_shape;
@@ -3961,6 +4046,13 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
     stream_plan splan = {};
     mma_backward_plan mplan = {};
     tile_plan tplan = {};
+    // The streams' bf16 rows at K = 9–16 take the tensor cores, whose tiles come in by the copy
+    // engine through tensor maps of x and dout; where a map cannot be made (rows of more than
+    // 2^31 − 256 steps), the tile kernel (the float stream kernel is not built for them).
+    CUtensorMap x_map = {}, d_map = {};
+    const bool mma_streams = streams && backward_stream_on_tensor_cores<T, KB>() &&
+                             channel_last_box_map(a.x, a, &x_map) && channel_last_box_map(a.y, a, &d_map);
+    const bool float_streams = streams && !backward_stream_on_tensor_cores<T, KB>();
     void (*row_kernel)(conv_args, row_plan, float *) = NULL;
     const size_t row_shared = row_shape<T, KB>::backward_bytes(span_len, span_stages, span_rows); // span buffers
     if (rows) {
@@ -3988,11 +4080,11 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
             rplan = plan_rows(true);
         parts = rplan.chunks;
         if (!fits_row_grid(a, rplan)) return too_large(a);
-    } else if (streams && backward_stream_on_tensor_cores<T, KB>()) {
+    } else if (mma_streams) {
         mplan = make_mma_backward_plan(a, dx);
         parts = a.B * mplan.time_blocks;
         if (!fits_stream_grid(a, mplan)) return too_large(a);
-    } else if (streams) { // (wide 16-bit taps in f16 only: bf16 took the branch above)
+    } else if (float_streams) {
         // Wide taps take longer segments: each segment recomputes K − 1 steps past its end and
         // computes its first and last chunks with bounds tests, a larger share at K > 4.
         // bf16 16×1536×16384 fwd+bwd, 512 steps against 256: K = 8 1285 → 1259 µs, but
@@ -4035,7 +4127,7 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
     if (rows) {
         status = launch_overlapped(op, row_kernel, dim3((unsigned)(a.C * rplan.chunks)), dim3(threads), row_shared, a,
                                    rplan, ws);
-    } else if (streams) {
+    } else if (mma_streams) {
         if constexpr (backward_stream_on_tensor_cores<T, KB>()) {
             auto kernel = a.silu ? stream_bwd_mma<true> : stream_bwd_mma<false>;
             static bool shared_set[2]; // backward_kernels is one per T, KB
@@ -4043,8 +4135,10 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
             set_attribute_once(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, mma_backward_shape::BLOCK_BYTES,
                                shared_set[a.silu]);
             status = launch_overlapped(op, kernel, stream_grid(a, mplan), dim3(kBlock), mma_backward_shape::BLOCK_BYTES, a,
-                                       mplan, ws);
-        } else {
+                                       mplan, ws, x_map, d_map);
+        }
+    } else if (float_streams) {
+        if constexpr (!backward_stream_on_tensor_cores<T, KB>()) {
             auto kernel = a.silu ? stream_bwd<T, KB, true> : stream_bwd<T, KB, false>;
             // At K ≤ 4 its registers let five blocks onto an SM; four measured faster (bf16
             // channel-last K = 4 fwd+bwd 1052.5–1053.1 → 1045.9–1046.0 µs, K = 2 1039.1–1039.9 →
