@@ -3840,12 +3840,6 @@ template <typename T, int KB> constexpr bool backward_stream_on_tensor_cores()
     return std::is_same<T, __nv_bfloat16>::value && KB == 16;
 }
 
-// stream_bwd_mma's plan: blocks of 32 channels and one segment of up to 16384 steps, halved
-// down to 256 while the grid has fewer than about two waves of blocks (two per SM). Each
-// segment's walk takes one tile of g past its end, but longer segments gained far more than
-// that tile's share: bf16 16×1536×16384 K = 16 fwd+bwd µs by the longest segment, one call
-// (bench/NOTES.md, v44): 2048 1539.9–1540.0, 4096 1458.8–1461.6, 8192 1408.9–1411.8, 16384
-// (a segment per row, 768 blocks) 1388.1–1393.6.
 // The driver's tensor-map encoder, looked up once (NULL where the driver has none).
 PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder()
 {
@@ -3883,6 +3877,12 @@ bool channel_last_box_map(const t3 &t, const conv_args &a, CUtensorMap *map)
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// stream_bwd_mma's plan: blocks of 32 channels and one segment of up to 16384 steps, halved
+// down to 256 while the grid has fewer than about two waves of blocks (two per SM). Each
+// segment's walk takes one tile of g past its end, but longer segments gained far more than
+// that tile's share: bf16 16×1536×16384 K = 16 fwd+bwd µs by the longest segment, one call
+// (bench/NOTES.md, v44): 2048 1539.9–1540.0, 4096 1458.8–1461.6, 8192 1408.9–1411.8, 16384
+// (a segment per row, 768 blocks) 1388.1–1393.6.
 mma_backward_plan make_mma_backward_plan(const conv_args &a, const tg_tensor *dx)
 {
     using M = mma_backward_shape;
