@@ -40,7 +40,8 @@
 # Output goes to $OUT (./gpu-out when OUT is unset): logs/<step>.log for each step, the two
 # CSV files and summary.txt. When OUT was given, the logs are packed into logs.tar.gz instead
 # (a handful of files to copy back rather than one per step). The summary (each step's status
-# and time, and per benchmark row tapegrad's times next to the peers') is printed last.
+# and time, and per benchmark row tapegrad's times next to the peers', "ok*" where the driver
+# held the SM clock down while the row ran) is printed last.
 #
 # Time: every step has a limit, and the tests and sanitizers only get what is left after
 # keeping BENCH_RESERVE + PEERS_RESERVE seconds for the two benchmarks, so the script ends
@@ -307,6 +308,11 @@ def num(row, key):
     except (KeyError, TypeError, ValueError):
         return "-"
 
+# "*" marks a row whose forward + backward ran while the driver held the SM clock down
+# (NVML's clock reasons, e.g. the power cap): its times do not compare with the other rows'.
+def flags(row):
+    return "*" if row.get("clock_reasons", "0") not in ("0", "") else ""
+
 ours, peers = read(sys.argv[1]) + read(sys.argv[3]), read(sys.argv[2])
 by_key = {(p["peer"], p["B"], p["C"], p["L"], p["dtype"], p["layout"], p["K"]): p for p in peers}
 if not ours:
@@ -321,7 +327,7 @@ for r in ours:
     cudnn = by_key.get(("cudnn",) + key + (r["K"],), {})
     clone = by_key.get(("clone",) + key + ("0",), {})
     pct = lambda k: num(r, k).split(".")[0]
-    ok = "ok" if r["status"] == "ok" else "NO"
+    ok = ("ok" if r["status"] == "ok" else "NO") + flags(r)
     print(f"{r['B'] + 'x' + r['C'] + 'x' + r['L']:<14} {r['dtype']:<4} {r['layout']:<2} {r['K']:>1} | "
           f"{num(r, 'fwd_us'):>7} {pct('fwd_pct_copy'):>3} {num(r, 'fwdbwd_us'):>7} {pct('fwdbwd_pct_copy'):>3} | "
           f"{num(compiled, 'fwd_us'):>8} {num(compiled, 'fwdbwd_us'):>8} | "
@@ -330,6 +336,8 @@ for r in ours:
 copy = ours[0].get("copy_GBps", "")
 peer_copy = peers[0].get("copy_GBps", "") if peers else ""
 print(f"copy bandwidth: tapegrad run {copy} GB/s, peers run {peer_copy} GB/s")
+if any(flags(r) for r in ours):
+    print("ok*: the driver held the SM clock down while the row's fwd+bwd ran (the CSV's clock_reasons)")
 PY
     echo
     echo "steps (total ${SECONDS}s of ${BUDGET}s):"
