@@ -359,6 +359,30 @@ __device__ inline void tensor_box_to_shared(void *shared, const CUtensorMap *map
 #endif
 }
 
+// Thread 0: the box of a tensor map at coordinates (c, t, b) from shared memory (laid out as
+// the map says) to global memory, as one bulk group; coordinates past the tensor's ends are
+// not written. The block's ordinary writes of that memory must come first (a barrier, then
+// async_copies_follow).
+__device__ inline void tensor_box_from_shared(const CUtensorMap *map, int c, int t, int b, const void *shared)
+{
+#if TG_BULK_COPY
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group [%0, {%1, %2, %3}], [%4];\n"
+                 "cp.async.bulk.commit_group;\n" ::"l"(map),
+                 "r"(c), "r"(t), "r"(b), "r"(shared_address(shared))
+                 : "memory");
+#endif
+}
+
+// Thread 0: waits until every bulk group it issued has read its shared memory (which may then
+// be written again), or with `written`, until their writes to global memory are done too.
+template <bool written = false> __device__ inline void tensor_stores_wait()
+{
+#if TG_BULK_COPY
+    if (written) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+    else asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+#endif
+}
+
 // ---- row kernels (channel-first) ------------------------------------------------------------
 
 // Steps per thread and pass: two 16-byte vectors, 8 (f32) or 16 (16-bit) steps.
@@ -2492,19 +2516,24 @@ __global__ void __launch_bounds__(kBlock, stream_forward_blocks<T, KB>()) stream
 // (8s + 2q, 8s + 2q + 1) for the blocks s = g − 2, g − 1, g and g + 6, g + 7, g + 8 of the
 // tile: one channel's steps from rows of channels. It reads the two rows 8s + 2q and
 // 8s + 2q + 1 as 16-byte pieces (8 channels each) and one byte permute per channel pairs the
-// two steps. The rows are staged by cp.async in a ring of three slots per warp (one computed,
-// two in flight) with the 16-byte pieces of a row swizzled by the row's bits 1–2, and the lanes
+// two steps. The rows are staged in a ring of three slots per warp (one computed, two in
+// flight) with the 16-byte pieces of a row swizzled by the row's bits 1–2, and the lanes
 // of odd g read the odd row first, so that every 16-byte read of a quarter-warp meets eight
 // distinct bank groups. Each slot holds 16 rows before its tile (the next slot's are copied
-// from the tile's last 16 rows as soon as they land), so every window is in one slot.
+// from the tile's last 16 rows as soon as they land), so every window is in one slot. Lane 0
+// stages a tile as one tensor copy (a box of 32 channels × 128 steps, swizzled as the ring is,
+// zeros past L and C) counted on the slot's barrier; where x's tensor map cannot be made, and
+// before Hopper, every lane issues 16-byte cp.async copies instead. The tensor copies took
+// bf16 16×1536×16384 K = 16's forward from 444.5–444.7 to 430.7–431.2 µs (bench/NOTES.md, v46).
 //
 // The product's result Z holds, at lane (g, q), steps 8g + 2q, 8g + 2q + 1 of blocks g and
 // g + 8: for the 8 channels of a piece, the whole piece of those four rows. After SiLU the
 // lane writes them back over x's rows (every lane has read its windows of that piece by then),
 // and the warp copies the tile's rows out in 16-byte pieces.
 //
-// A block of 4 warps holds 108.5 KB (three 9 KB slots per warp and the bias), so 2 blocks fit
-// on an SM: 8 warps of 208–214 registers (the taps' 96 among them). Rows past L are staged as
+// A block of 4 warps holds 109 KB (three 9 KB slots per warp, the bias, the barriers and 512
+// bytes to align the ring for the copies' swizzle), so 2 blocks fit on an SM: 8 warps of
+// 212–223 registers (the taps' 96 among them). Rows past L are staged as
 // zeros: a window reaches up to 7 steps past its output, with zero taps, and a zero tap times a
 // NaN is a NaN (so, as in the channel-first product, an inf or NaN in x can reach the outputs of
 // the up to 7 steps before it in its block of 8). Per tile a warp issues about 1000 instructions
@@ -2522,7 +2551,10 @@ struct mma_stream_shape {
     static constexpr int SLOT = (HALO + TILE) * ROW;    // bytes of one slot of the ring
     static constexpr int RING = 3;                      // slots per warp
     static constexpr int WARP_BYTES = RING * SLOT;
-    static constexpr int BLOCK_BYTES = kBlock / 32 * (WARP_BYTES + CHANNELS * (int)sizeof(float)); // + bias
+    static constexpr int BARRIERS = RING * (int)sizeof(uint64_t); // per warp: a tile's arrival per slot
+    static constexpr int ALIGNMENT = 512; // the tensor copies' 64-byte swizzle follows address bits 4–8
+    static constexpr int BLOCK_BYTES =
+        kBlock / 32 * (WARP_BYTES + CHANNELS * (int)sizeof(float) + BARRIERS) + ALIGNMENT; // + bias, barriers
 };
 
 extern __shared__ uint4 mma_stream_memory[];
@@ -2630,14 +2662,24 @@ __device__ inline step_pair_rows step_pair_rows_of(int g, int q)
 }
 
 template <typename T, bool SILU>
-__global__ void __launch_bounds__(kBlock, 2) stream_fwd_mma(conv_args a, stream_plan plan)
+__global__ void __launch_bounds__(kBlock, 2)
+    stream_fwd_mma(conv_args a, stream_plan plan, const __grid_constant__ CUtensorMap x_map, bool x_by_tensor)
 {
     using M = mma_stream_shape;
     const stream_place p = stream_place_of<T, 1>(a, plan, plan.across);
     if (p.t0 >= a.L || p.c0 >= a.C) return; // the whole warp
-    char *ring = (char *)mma_stream_memory + p.warp * M::WARP_BYTES;
-    float *bias = (float *)((char *)mma_stream_memory + kBlock / 32 * M::WARP_BYTES) + p.warp * M::CHANNELS;
+    char *memory = (char *)mma_stream_memory;
+    if (TG_BULK_COPY) memory += (M::ALIGNMENT - (shared_address(memory) & (M::ALIGNMENT - 1))) & (M::ALIGNMENT - 1);
+    char *ring = memory + p.warp * M::WARP_BYTES;
+    float *bias = (float *)(memory + kBlock / 32 * M::WARP_BYTES) + p.warp * M::CHANNELS;
+    uint64_t *arrivals = (uint64_t *)(memory + kBlock / 32 * (M::WARP_BYTES + M::CHANNELS * (int)sizeof(float))) +
+                         p.warp * M::RING; // [slot]: tile k's tensor copy, phase k / RING (with x_by_tensor)
     const int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+    const bool by_tensor = TG_BULK_COPY && x_by_tensor;
+    if (by_tensor && lane == 0) {
+        for (int s = 0; s < M::RING; s++) arrival_barrier_init(&arrivals[s]);
+        arrival_barriers_published();
+    }
 
     // The taps' operands of each channel, for this lane: T[j][i] at j = 2q (+1), 2q + 8 (+1)
     // and 2q + 16 (+1), i = g, that is the pairs (w′[m + 8r], w′[m + 8r + 1]), m = 2q − g − 1,
@@ -2673,6 +2715,16 @@ __global__ void __launch_bounds__(kBlock, 2) stream_fwd_mma(conv_args a, stream_
     char *y_row = (char *)row_of<T>(a.y, p.b, p.c0) + piece * 16;
     const int tiles = (int)((p.end - p.t0 + M::TILE - 1) / M::TILE);
     auto issue = [&](int k) {
+        if (by_tensor) { // the tile by the copy engine from lane 0; rows past L and channels past C as zeros
+            if (lane == 0) {
+                uint64_t *arrival = &arrivals[k % M::RING];
+                async_copies_follow(); // after the warp's reads and writes of the slot (a __syncwarp before)
+                tensor_box_to_shared(ring + (k % M::RING) * M::SLOT + M::HALO * M::ROW, &x_map, (int)p.c0,
+                                     (int)(p.t0 + (int64_t)M::TILE * k), (int)p.b, M::TILE * M::ROW, arrival);
+                arrival_arrive(arrival);
+            }
+            return;
+        }
         const int64_t t = p.t0 + (int64_t)M::TILE * k + prow;
         const unsigned at = ring_at + (k % M::RING) * M::SLOT + (M::HALO + prow) * M::ROW + swizzled;
 #pragma unroll
@@ -2702,8 +2754,13 @@ __global__ void __launch_bounds__(kBlock, 2) stream_fwd_mma(conv_args a, stream_
     const unsigned pair_low = pair_rows.pair_low, pair_high = pair_rows.pair_high;
     const int first_row = M::HALO + pair_rows.first, second_row = first_row + (odd_first ? -1 : 1);
     for (int k = 0; k < tiles; k++) {
-        copies_wait_groups<1>(); // tile k's copies have landed
-        __syncwarp();            // everyone's, and everyone is done with tile k − 1's slot
+        if (by_tensor) {
+            if (k == 0) copies_wait_all(); // the first tile's halo
+            arrival_wait(&arrivals[k % M::RING], k / M::RING % 2);
+        } else {
+            copies_wait_groups<1>(); // tile k's copies have landed
+        }
+        __syncwarp(); // everyone's, and everyone is done with tile k − 1's slot
         if (k + 2 < tiles) issue(k + 2);
         copies_commit();
         char *slot = ring + (k % M::RING) * M::SLOT;
@@ -2935,9 +2992,12 @@ __global__ void __launch_bounds__(kBlock, kStreamBackwardBlocks) stream_bwd(conv
 //     D0 + 17 (whichever lies in 0 … 15), D0 + 8 and D0 + 9, D0 = 2q − g. At the segment's end
 //     the sums meet by lag in shared memory, in a fixed order (no atomics).
 // A tile's dx (the 16 steps before it and its first 112) is written over dout's rows of the
-// steps 16 later (the lane's own rows: each lane writes what it read), and copied out by the
-// block a tile later. A segment's walk takes one tile more than its steps, for g of the 16
-// steps after it (the next segment's, or zeros past L); those steps stay out of dw and dbias.
+// steps 16 later (the lane's own rows: each lane writes what it read), and copied out a tile
+// later: by one tensor copy from thread 0 where the tile lies inside the segment and away from
+// the final states (every thread copying its pieces at the segment's ends, or where dx's
+// tensor map cannot be made). A segment's walk takes one tile more than its steps, for g of
+// the 16 steps after it (the next segment's, or zeros past L); those steps stay out of dw and
+// dbias.
 // x's and dout's tiles come in by the copy engine into two rings of four tiles per block (64
 // KB): thread 0 issues one tensor copy per tile and tensor (a box of 32 channels × 128 steps,
 // swizzled as the rings are, zeros past L and C), counted on the slot's barrier; before Hopper
@@ -2955,7 +3015,9 @@ __global__ void __launch_bounds__(kBlock, kStreamBackwardBlocks) stream_bwd(conv
 // 64 bytes takes 8, not 4). Three blocks per SM (one tile in flight, 168 registers) measured
 // slower (1484 µs, v45): the L1 pipe, more than each channel's chain of latencies, sets its pace.
 // The tensor copies took the cp.async writes off that pipe (and their ~30 instructions per
-// warp and tile): 1359–1366 → 1315 µs, 8×1536×2048 136.0–136.3 → 130.2–130.3 (v45).
+// warp and tile): 1359–1366 → 1315 µs, 8×1536×2048 136.0–136.3 → 130.2–130.3 (v45); dx's
+// tensor copies out (and the forward's in) 1323.3–1323.5 → 1282.6–1283.1 µs, of which the
+// backward 878.6–878.8 → 851.4–852.4 (v46).
 struct mma_backward_shape {
     static constexpr int CHANNELS = 32;               // a block's channels: 64-byte rows
     static constexpr int ROW = 64;                    // bytes of a staged row
@@ -2991,12 +3053,13 @@ struct mma_backward_plan {
     int64_t time_blocks;    // segments along L
     int64_t seg_len;        // steps per segment, a multiple of the tile
     bool whole_pieces;      // dx takes 16-byte stores
+    bool dx_by_tensor;      // dx's whole tiles leave by the copy engine (its tensor map could be made)
 };
 
 template <bool SILU>
 __global__ void __launch_bounds__(kBlock, 2)
     stream_bwd_mma(conv_args a, mma_backward_plan plan, float *ws, const __grid_constant__ CUtensorMap x_map,
-                   const __grid_constant__ CUtensorMap d_map)
+                   const __grid_constant__ CUtensorMap d_map, const __grid_constant__ CUtensorMap dx_map)
 {
     using T = __nv_bfloat16;
     using M = mma_backward_shape;
@@ -3059,6 +3122,7 @@ __global__ void __launch_bounds__(kBlock, 2)
         if (threadIdx.x == 0) { // both tiles by the copy engine; rows past L and channels past C as zeros
             uint64_t *arrival = &slot_arrivals[k % M::SLOTS];
             const int t = (int)(t0 + (int64_t)M::TILE * k), slot = (k % M::SLOTS) * M::TILE * M::ROW;
+            tensor_stores_wait(); // tile k − 4's dx has left this slot
             async_copies_follow();
             tensor_box_to_shared(x_ring + slot, &x_map, (int)c0, t, (int)b, M::TILE * M::ROW, arrival);
             tensor_box_to_shared(d_ring + slot, &d_map, (int)c0, t, (int)b, M::TILE * M::ROW, arrival);
@@ -3088,8 +3152,17 @@ __global__ void __launch_bounds__(kBlock, 2)
     const int64_t final_from = final_states_from(a);
     auto copy_out = [&](int k) {
         const int64_t first = t0 + (int64_t)M::TILE * k - M::LAG, u = first + prow;
+        const bool whole = first >= t0 && first + M::TILE <= end && first + M::TILE <= final_from;
+        if (TG_BULK_COPY && plan.dx_by_tensor && whole) { // the whole tile in one tensor copy from thread 0
+            if (threadIdx.x == 0) {
+                async_copies_follow(); // after every thread's dx writes (the barrier before)
+                const char *slot = d_ring + (k % M::SLOTS) * M::TILE * M::ROW;
+                tensor_box_from_shared(&dx_map, (int)c0, (int)first, (int)b, slot);
+            }
+            return;
+        }
         const char *from = d_ring + ((k % M::SLOTS) * M::TILE + prow) * M::ROW + swizzled;
-        if (piece_inside && plan.whole_pieces && first >= t0 && first + M::TILE <= end && first + M::TILE <= final_from) {
+        if (piece_inside && plan.whole_pieces && whole) {
             char *to = dx_row + u * dx_step; // the whole tile: no tests
 #pragma unroll
             for (int j = 0; j < M::TILE / 32; j++)
@@ -3162,9 +3235,11 @@ __global__ void __launch_bounds__(kBlock, 2)
             copies_wait_groups<1>(); // tile k's copies have landed
         }
         __syncthreads();         // everyone's; tile k − 1's dx is all in, tile k − 2's slot free
-        if (k > 0) copy_out(k - 1);
+        // Tile k + 2's copies go out before tile k − 1's dx: then the tensor copy that took tile
+        // k − 2's dx out of the slot they land in is the last one thread 0 waits for.
         if (k + 2 < tiles) issue(k + 2);
         copies_commit();
+        if (k > 0) copy_out(k - 1);
         if (!warp_inside) continue;
         const int base = (k % M::SLOTS) * M::TILE; // the tile's first ring row
         const int64_t tile_t = t0 + (int64_t)M::TILE * k;
@@ -3310,6 +3385,7 @@ __global__ void __launch_bounds__(kBlock, 2)
     }
     __syncthreads(); // the last tile's dx is in
     copy_out(tiles - 1);
+    if (threadIdx.x == 0) tensor_stores_wait<true>(); // dx's tensor copies are done with the ring
 #pragma unroll
     for (int m = 0; m < 4; m++) bias_sums[m * 32 + lane] = make_float2(bias_acc[2 * m], bias_acc[2 * m + 1]);
 
@@ -3857,13 +3933,17 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder()
     return encode;
 }
 
-// A tensor map of bf16 channel-last data t (B, C, L with unit channel stride) in boxes of
-// stream_bwd_mma's tiles (32 channels × 128 steps of one row) and its rings' layout (16-byte
-// pieces swizzled by 64 bytes). False where the copy engine cannot take the tensor (steps not
-// 16-byte aligned, coordinates past 2^31) or the driver cannot encode it.
+// A tensor map of 16-bit channel-last data t (B, C, L with unit channel stride; copied as bits)
+// in boxes of the tensor-core stream kernels' tiles (32 channels × 128 steps of one row) and
+// their rings' layout (16-byte pieces swizzled by 64 bytes). False where the copy engine cannot
+// take the tensor (steps not 16-byte aligned, coordinates past 2^31) or the driver cannot
+// encode it.
 bool channel_last_box_map(const t3 &t, const conv_args &a, CUtensorMap *map)
 {
     using M = mma_backward_shape;
+    static_assert(M::CHANNELS == mma_stream_shape::CHANNELS && M::TILE == mma_stream_shape::TILE &&
+                      M::ROW == mma_stream_shape::ROW,
+                  "the forward's tiles are the backward's");
     const int64_t step_bytes = t.s2 * 2, row_bytes = t.s0 * 2;
     PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
     if (!encode || t.s1 != 1 || (uintptr_t)t.p % 16 != 0 || step_bytes % 16 != 0 || row_bytes % 16 != 0 || step_bytes <= 0 ||
@@ -3872,7 +3952,7 @@ bool channel_last_box_map(const t3 &t, const conv_args &a, CUtensorMap *map)
     const cuuint64_t dims[3] = {(cuuint64_t)a.C, (cuuint64_t)a.L, (cuuint64_t)a.B};
     const cuuint64_t strides[2] = {(cuuint64_t)step_bytes, (cuuint64_t)row_bytes};
     const cuuint32_t box[3] = {M::CHANNELS, M::TILE, 1}, element_strides[3] = {1, 1, 1};
-    return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, t.p, dims, strides, box, element_strides,
+    return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, t.p, dims, strides, box, element_strides,
                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_64B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
@@ -3951,7 +4031,10 @@ tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *fina
             // Past the 48 KB a launch gets without asking (if refused, the launch fails and says so).
             set_attribute_once(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, mma_stream_shape::BLOCK_BYTES,
                                shared_set[a.silu]);
-            kernel<<<stream_grid(a, plan), kBlock, mma_stream_shape::BLOCK_BYTES>>>(a, plan);
+            // x's tiles by the copy engine where its tensor map can be made; else by every lane.
+            CUtensorMap x_map = {};
+            const bool x_by_tensor = channel_last_box_map(a.x, a, &x_map);
+            kernel<<<stream_grid(a, plan), kBlock, mma_stream_shape::BLOCK_BYTES>>>(a, plan, x_map, x_by_tensor);
         }
     } else if (streams_take<T, stream_forward_cpt<T, KB>()>(a, in->x, NULL, out)) {
         if constexpr (!forward_stream_on_tensor_cores<T, KB>()) { // (those took the branch above)
@@ -4049,7 +4132,7 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
     // The streams' bf16 rows at K = 9–16 take the tensor cores, whose tiles come in by the copy
     // engine through tensor maps of x and dout; where a map cannot be made (rows of more than
     // 2^31 − 256 steps), the tile kernel (the float stream kernel is not built for them).
-    CUtensorMap x_map = {}, d_map = {};
+    CUtensorMap x_map = {}, d_map = {}, dx_map = {};
     const bool mma_streams = streams && backward_stream_on_tensor_cores<T, KB>() &&
                              channel_last_box_map(a.x, a, &x_map) && channel_last_box_map(a.y, a, &d_map);
     const bool float_streams = streams && !backward_stream_on_tensor_cores<T, KB>();
@@ -4082,6 +4165,7 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
         if (!fits_row_grid(a, rplan)) return too_large(a);
     } else if (mma_streams) {
         mplan = make_mma_backward_plan(a, dx);
+        mplan.dx_by_tensor = channel_last_box_map(a.dx, a, &dx_map);
         parts = a.B * mplan.time_blocks;
         if (!fits_stream_grid(a, mplan)) return too_large(a);
     } else if (float_streams) {
@@ -4135,7 +4219,7 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
             set_attribute_once(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, mma_backward_shape::BLOCK_BYTES,
                                shared_set[a.silu]);
             status = launch_overlapped(op, kernel, stream_grid(a, mplan), dim3(kBlock), mma_backward_shape::BLOCK_BYTES, a,
-                                       mplan, ws, x_map, d_map);
+                                       mplan, ws, x_map, d_map, dx_map);
         }
     } else if (float_streams) {
         if constexpr (!backward_stream_on_tensor_cores<T, KB>()) {
