@@ -2520,16 +2520,22 @@ __global__ void __launch_bounds__(kBlock, stream_forward_blocks<T, KB>()) stream
 // flight) with the 16-byte pieces of a row swizzled by the row's bits 1–2, and the lanes
 // of odd g read the odd row first, so that every 16-byte read of a quarter-warp meets eight
 // distinct bank groups. Each slot holds 16 rows before its tile (the next slot's are copied
-// from the tile's last 16 rows as soon as they land), so every window is in one slot. Lane 0
-// stages a tile as one tensor copy (a box of 32 channels × 128 steps, swizzled as the ring is,
-// zeros past L and C) counted on the slot's barrier; where x's tensor map cannot be made, and
-// before Hopper, every lane issues 16-byte cp.async copies instead. The tensor copies took
-// bf16 16×1536×16384 K = 16's forward from 444.5–444.7 to 430.7–431.2 µs (bench/NOTES.md, v46).
+// from the tile's last 16 rows as soon as they land), so every window is in one slot.
 //
 // The product's result Z holds, at lane (g, q), steps 8g + 2q, 8g + 2q + 1 of blocks g and
 // g + 8: for the 8 channels of a piece, the whole piece of those four rows. After SiLU the
-// lane writes them back over x's rows (every lane has read its windows of that piece by then),
-// and the warp copies the tile's rows out in 16-byte pieces.
+// lane writes them back over x's rows (every lane has read its windows of that piece by then).
+//
+// Lane 0 moves a tile in and out by the copy engine: x's rows as one tensor copy (a box of 32
+// channels × 128 steps, swizzled as the ring is, zeros past L and C) counted on the slot's
+// barrier, y's rows as another from the slot to y (a segment's steps are whole tiles or end at
+// L, where the box stops). Before it copies a tile into a slot, it waits until the copy out
+// of that slot, issued at the end of the tile before, has read it. Where a tensor map cannot
+// be made, and before Hopper, every lane copies 16-byte pieces in (cp.async) and out instead.
+// bf16 16×1536×16384 K = 16 forward (bench/NOTES.md, v46): 443.2–443.3 µs with the lanes'
+// copies, 429.6–429.7 with x by the copy engine, 424.4–425.7 with y too (8×1536×2048 39.3–39.6
+// → 37.0–37.5); with each tile's copy in issued after the maths of the tile before, where that
+// wait is a tile old, 427.0–427.8.
 //
 // A block of 4 warps holds 109 KB (three 9 KB slots per warp, the bias, the barriers and 512
 // bytes to align the ring for the copies' swizzle), so 2 blocks fit on an SM: 8 warps of
@@ -2539,9 +2545,9 @@ __global__ void __launch_bounds__(kBlock, stream_forward_blocks<T, KB>()) stream
 // the up to 7 steps before it in its block of 8). Per tile a warp issues about 1000 instructions
 // (12 16-byte reads and 48 byte permutes per piece, 2 products and the SiLU per channel) for
 // 4096 outputs, against 16 multiply-adds per output and lane in the stream forward. Predicted
-// near the copy rate; measured 86% of it on the long rows (bench/NOTES.md, v43), where a plain
-// copy that reads 128 bytes per block and step, as this walk does, measured 84.6% (segments of
-// 256 steps) to 89.4% (64).
+// near the copy rate; measured 86% of it on the long rows with the lanes' copies (bench/NOTES.md,
+// v43), where a plain copy that reads 128 bytes per block and step, as this walk does, measured
+// 84.6% (segments of 256 steps) to 89.4% (64); 89% with the tensor copies (v46).
 struct mma_stream_shape {
     static constexpr int CHANNELS = 32;                 // a warp's channels (64-byte rows)
     static constexpr int PIECES = 4;                    // 16-byte pieces of a row, 8 channels each
@@ -2663,7 +2669,8 @@ __device__ inline step_pair_rows step_pair_rows_of(int g, int q)
 
 template <typename T, bool SILU>
 __global__ void __launch_bounds__(kBlock, 2)
-    stream_fwd_mma(conv_args a, stream_plan plan, const __grid_constant__ CUtensorMap x_map, bool x_by_tensor)
+    stream_fwd_mma(conv_args a, stream_plan plan, const __grid_constant__ CUtensorMap x_map,
+                   const __grid_constant__ CUtensorMap y_map, bool by_tensors)
 {
     using M = mma_stream_shape;
     const stream_place p = stream_place_of<T, 1>(a, plan, plan.across);
@@ -2673,9 +2680,9 @@ __global__ void __launch_bounds__(kBlock, 2)
     char *ring = memory + p.warp * M::WARP_BYTES;
     float *bias = (float *)(memory + kBlock / 32 * M::WARP_BYTES) + p.warp * M::CHANNELS;
     uint64_t *arrivals = (uint64_t *)(memory + kBlock / 32 * (M::WARP_BYTES + M::CHANNELS * (int)sizeof(float))) +
-                         p.warp * M::RING; // [slot]: tile k's tensor copy, phase k / RING (with x_by_tensor)
+                         p.warp * M::RING; // [slot]: tile k's tensor copy, phase k / RING (with by_tensors)
     const int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
-    const bool by_tensor = TG_BULK_COPY && x_by_tensor;
+    const bool by_tensor = TG_BULK_COPY && by_tensors;
     if (by_tensor && lane == 0) {
         for (int s = 0; s < M::RING; s++) arrival_barrier_init(&arrivals[s]);
         arrival_barriers_published();
@@ -2718,6 +2725,7 @@ __global__ void __launch_bounds__(kBlock, 2)
         if (by_tensor) { // the tile by the copy engine from lane 0; rows past L and channels past C as zeros
             if (lane == 0) {
                 uint64_t *arrival = &arrivals[k % M::RING];
+                tensor_stores_wait();  // tile k − 3's outputs (issued last) have left the slot
                 async_copies_follow(); // after the warp's reads and writes of the slot (a __syncwarp before)
                 tensor_box_to_shared(ring + (k % M::RING) * M::SLOT + M::HALO * M::ROW, &x_map, (int)p.c0,
                                      (int)(p.t0 + (int64_t)M::TILE * k), (int)p.b, M::TILE * M::ROW, arrival);
@@ -2816,6 +2824,14 @@ __global__ void __launch_bounds__(kBlock, 2)
             *(uint4 *)(second + 64 * M::ROW) = rows[3];
         }
         __syncwarp(); // the tile's outputs are all in the slot
+        if (by_tensor) { // one tensor copy from lane 0 (a segment's steps are whole tiles, or end at L)
+            if (lane == 0) {
+                async_copies_follow();
+                tensor_box_from_shared(&y_map, (int)p.c0, (int)(p.t0 + (int64_t)M::TILE * k), (int)p.b,
+                                       slot + M::HALO * M::ROW);
+            }
+            continue;
+        }
         const int64_t t = p.t0 + (int64_t)M::TILE * k + prow;
         const char *from = slot + (M::HALO + prow) * M::ROW + swizzled;
         if (plan.whole_pieces) {
@@ -2830,6 +2846,7 @@ __global__ void __launch_bounds__(kBlock, 2)
                         ((T *)(y_row + (t + 8 * j) * y_step))[e] = ((const T *)(from + j * 8 * M::ROW))[e];
         }
     }
+    if (by_tensor && lane == 0) tensor_stores_wait<true>(); // y's tensor copies are done with the ring
 }
 
 // Each warp walks steps t0 … end + KB − 2: g = dout·act'(z) at every step, and at step t the
@@ -3016,8 +3033,8 @@ __global__ void __launch_bounds__(kBlock, kStreamBackwardBlocks) stream_bwd(conv
 // slower (1484 µs, v45): the L1 pipe, more than each channel's chain of latencies, sets its pace.
 // The tensor copies took the cp.async writes off that pipe (and their ~30 instructions per
 // warp and tile): 1359–1366 → 1315 µs, 8×1536×2048 136.0–136.3 → 130.2–130.3 (v45); dx's
-// tensor copies out (and the forward's in) 1323.3–1323.5 → 1282.6–1283.1 µs, of which the
-// backward 878.6–878.8 → 851.4–852.4 (v46).
+// tensor copies out 1323.3–1326.1 → 1280.6–1283.1 µs with the forward's x in by the copy
+// engine too, the backward 879–883 → 851–852 (v46).
 struct mma_backward_shape {
     static constexpr int CHANNELS = 32;               // a block's channels: 64-byte rows
     static constexpr int ROW = 64;                    // bytes of a staged row
@@ -4031,10 +4048,11 @@ tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *fina
             // Past the 48 KB a launch gets without asking (if refused, the launch fails and says so).
             set_attribute_once(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, mma_stream_shape::BLOCK_BYTES,
                                shared_set[a.silu]);
-            // x's tiles by the copy engine where its tensor map can be made; else by every lane.
-            CUtensorMap x_map = {};
-            const bool x_by_tensor = channel_last_box_map(a.x, a, &x_map);
-            kernel<<<stream_grid(a, plan), kBlock, mma_stream_shape::BLOCK_BYTES>>>(a, plan, x_map, x_by_tensor);
+            // x's and y's tiles by the copy engine where their tensor maps can be made (rows of fewer
+            // than 2^31 − 256 steps); else by every lane.
+            CUtensorMap x_map = {}, y_map = {};
+            const bool by_tensors = channel_last_box_map(a.x, a, &x_map) && channel_last_box_map(a.y, a, &y_map);
+            kernel<<<stream_grid(a, plan), kBlock, mma_stream_shape::BLOCK_BYTES>>>(a, plan, x_map, y_map, by_tensors);
         }
     } else if (streams_take<T, stream_forward_cpt<T, KB>()>(a, in->x, NULL, out)) {
         if constexpr (!forward_stream_on_tensor_cores<T, KB>()) { // (those took the branch above)
