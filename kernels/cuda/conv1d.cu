@@ -3954,7 +3954,9 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder()
 // in boxes of the tensor-core stream kernels' tiles (32 channels × 128 steps of one row) and
 // their rings' layout (16-byte pieces swizzled by 64 bytes). False where the copy engine cannot
 // take the tensor (steps not 16-byte aligned, coordinates past 2^31) or the driver cannot
-// encode it.
+// encode it. The L2 fetches 128 bytes around each 64-byte row, the neighbouring channel
+// group's too, which another warp or block reads at about the same time: 256 bytes measured
+// level, none 22 µs slower in the bf16 16×1536×16384 K = 16 forward (bench/NOTES.md, v46).
 bool channel_last_box_map(const t3 &t, const conv_args &a, CUtensorMap *map)
 {
     using M = mma_backward_shape;
