@@ -295,6 +295,14 @@ __device__ inline void arrival_barriers_published()
 #endif
 }
 
+// `count` barriers of one arrival each, published to the copy engine (then a barrier for the
+// threads that wait on them: __syncthreads, or __syncwarp where one warp uses them).
+__device__ inline void arrival_barriers_init(uint64_t *barriers, int count)
+{
+    for (int i = 0; i < count; i++) arrival_barrier_init(&barriers[i]);
+    arrival_barriers_published();
+}
+
 // Thread 0, before staging a span: orders the block's earlier ordinary accesses to shared
 // memory (all threads passed a __syncthreads since) before the bulk copies that follow.
 __device__ inline void async_copies_follow()
@@ -361,11 +369,12 @@ __device__ inline void tensor_box_to_shared(void *shared, const CUtensorMap *map
 
 // Thread 0: the box of a tensor map at coordinates (c, t, b) from shared memory (laid out as
 // the map says) to global memory, as one bulk group; coordinates past the tensor's ends are
-// not written. The block's ordinary writes of that memory must come first (a barrier, then
-// async_copies_follow).
+// not written. The threads' ordinary writes of that memory must come first (a barrier); the
+// copy is ordered after them here.
 __device__ inline void tensor_box_from_shared(const CUtensorMap *map, int c, int t, int b, const void *shared)
 {
 #if TG_BULK_COPY
+    async_copies_follow();
     asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group [%0, {%1, %2, %3}], [%4];\n"
                  "cp.async.bulk.commit_group;\n" ::"l"(map),
                  "r"(c), "r"(t), "r"(b), "r"(shared_address(shared))
@@ -2683,10 +2692,7 @@ __global__ void __launch_bounds__(kBlock, 2)
                          p.warp * M::RING; // [slot]: tile k's tensor copy, phase k / RING (with by_tensors)
     const int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
     const bool by_tensor = TG_BULK_COPY && by_tensors;
-    if (by_tensor && lane == 0) {
-        for (int s = 0; s < M::RING; s++) arrival_barrier_init(&arrivals[s]);
-        arrival_barriers_published();
-    }
+    if (by_tensor && lane == 0) arrival_barriers_init(arrivals, M::RING);
 
     // The taps' operands of each channel, for this lane: T[j][i] at j = 2q (+1), 2q + 8 (+1)
     // and 2q + 16 (+1), i = g, that is the pairs (w′[m + 8r], w′[m + 8r + 1]), m = 2q − g − 1,
@@ -2825,11 +2831,9 @@ __global__ void __launch_bounds__(kBlock, 2)
         }
         __syncwarp(); // the tile's outputs are all in the slot
         if (by_tensor) { // one tensor copy from lane 0 (a segment's steps are whole tiles, or end at L)
-            if (lane == 0) {
-                async_copies_follow();
+            if (lane == 0)
                 tensor_box_from_shared(&y_map, (int)p.c0, (int)(p.t0 + (int64_t)M::TILE * k), (int)p.b,
                                        slot + M::HALO * M::ROW);
-            }
             continue;
         }
         const int64_t t = p.t0 + (int64_t)M::TILE * k + prow;
@@ -3115,10 +3119,7 @@ __global__ void __launch_bounds__(kBlock, 2)
         if (!mirror)
             bias[lane] = a.bias && c0 + lane < a.C ? tap_scale<T>() * tg_to_float(((const T *)a.bias)[c * a.bs0]) : 0.0f;
     }
-    if (TG_BULK_COPY && threadIdx.x == 0) {
-        for (int s = 0; s < M::SLOTS; s++) arrival_barrier_init(&slot_arrivals[s]);
-        arrival_barriers_published();
-    }
+    if (TG_BULK_COPY && threadIdx.x == 0) arrival_barriers_init(slot_arrivals, M::SLOTS);
     __syncthreads();
     unsigned taps[8][3]; // the forward's operands of this warp's 8 channels
     read_tap_pairs(forward_table, 2 * q - g - 1 + 8, 8 * warp, taps);
@@ -3171,11 +3172,9 @@ __global__ void __launch_bounds__(kBlock, 2)
         const int64_t first = t0 + (int64_t)M::TILE * k - M::LAG, u = first + prow;
         const bool whole = first >= t0 && first + M::TILE <= end && first + M::TILE <= final_from;
         if (TG_BULK_COPY && plan.dx_by_tensor && whole) { // the whole tile in one tensor copy from thread 0
-            if (threadIdx.x == 0) {
-                async_copies_follow(); // after every thread's dx writes (the barrier before)
-                const char *slot = d_ring + (k % M::SLOTS) * M::TILE * M::ROW;
-                tensor_box_from_shared(&dx_map, (int)c0, (int)first, (int)b, slot);
-            }
+            if (threadIdx.x == 0) // after every thread's dx writes (the barrier before)
+                tensor_box_from_shared(&dx_map, (int)c0, (int)first, (int)b,
+                                       d_ring + (k % M::SLOTS) * M::TILE * M::ROW);
             return;
         }
         const char *from = d_ring + ((k % M::SLOTS) * M::TILE + prow) * M::ROW + swizzled;
