@@ -53,9 +53,11 @@ static inline void cu_assert_within(tg_tape *tape, const char *what, const tg_te
 
 /* The tolerance on a result relative to the magnitude of its terms (cu_assert_within_terms):
  * the float32 maths of every dtype's kernels. For 16-bit storage it is looser than float32
- * rounding alone, as some kernels split float32 operands into two bf16 parts (2^-17 of each
- * term) and the conv1d backward takes SiLU's slope from a hardware tanh (within about 10^-5);
- * the result's own rounding to 16 bits is the other part of the limit. */
+ * rounding alone, as the conv1d backward takes SiLU's slope from a hardware tanh (within about
+ * 10^-5) and its bf16 tensor-core products take g rounded to bf16 (up to 2^-9 of each term, of
+ * independent signs, so that over many terms they stay far under this limit; over few, the
+ * limit relative to the result covers them, as it covers the result's own rounding to 16
+ * bits). */
 static inline double cu_terms_tolerance(tg_dtype dtype)
 {
     return dtype == TG_F64 ? 1e-10 : dtype == TG_F32 ? 1e-5 : 1e-4;

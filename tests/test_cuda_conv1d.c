@@ -644,7 +644,7 @@ Test(cuda_conv1d, gradients_are_bitwise_repeatable)
  * scaled_gradient). Its dx must still be silu'(z)·dout to within one step of the storage type
  * (or 2^-14 near zero), element by element, over z from −24 to 24: through the row kernels
  * (channel-first) and the stream kernels (channel-last), at K = 1, 4, 8 and 16 (bf16
- * channel-last: on tensor cores, g as two bf16 parts). The one tap at
+ * channel-last: on tensor cores, g rounded to bf16). The one tap at
  * look-back 0 is 1, so z = x and dx = silu'(x)·dout exactly; the reference is in double. */
 Test(cuda_conv1d, silu_slope_of_the_16bit_backward_within_a_step)
 {

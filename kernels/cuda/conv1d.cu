@@ -934,9 +934,14 @@ __global__ void __launch_bounds__(kBlock, grouped_forward_min_blocks<KB>()) row_
 //   dbias    = Σ g, in float32 per lane as g is made (a product with a tile of ones costs
 //              four accumulator registers, and at 6 resident blocks the kernel spilled),
 // with wl[i] = 0 outside 0 … K − 1. x and the taps are bf16 values, so their products are
-// exact and z is summed in float32 as before. g is a float32: it enters the products as two
-// bf16 parts, g = hi + lo + O(2⁻¹⁷·g), which keeps dx and dw within about 2⁻¹⁶ of the float32
-// result (they are stored in bf16, 2⁻⁹). The slope of SiLU stays per element, in float32.
+// exact and z is summed in float32 as before. g is made in float32 and enters the products
+// rounded to bf16, as an unfused bf16 pipeline would store it between SiLU's backward and the
+// convolution's: each term of dx and dw then carries up to 2⁻⁹ of its size, rounding errors
+// of independent signs that the float32 sums do not grow (dx and dw are stored in bf16, 2⁻⁹
+// too). Carrying g as two bf16 parts, hi + lo, kept them within 2⁻¹⁶ of the float32 result but
+// doubled the products and their operands' moves: bf16 16×1536×16384 fwd+bwd 1172–1187 →
+// 1053–1055 µs at K = 16, 1063 → 1042 at K = 8 (bench/NOTES.md, v47). dbias sums g in float32,
+// unrounded. The slope of SiLU stays per element, in float32.
 //   The operands come from shared memory by ldmatrix (x and dout are staged there already, a
 // segment being 32 contiguous bytes); g goes from the product's result layout to the operand
 // layout of the next without leaving registers (the two layouts agree for row-major tiles),
@@ -1004,15 +1009,6 @@ __device__ inline void multiply_add(float (&d)[4], const unsigned (&a)[4], const
                  "{%0, %1, %2, %3};\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-// A pair of floats as two bf16 pairs, hi + lo (the lower step in the lower half of each).
-__device__ inline void split_pair(float g0, float g1, unsigned &hi, unsigned &lo)
-{
-    hi = pack2(g0, g1, __nv_bfloat16());
-    float h0, h1;
-    unpack2(hi, h0, h1, __nv_bfloat16());
-    lo = pack2(g0 - h0, g1 - h1, __nv_bfloat16());
 }
 
 // The channel's tap at look-back distance d as raw bf16 bits, 0 outside 0 … K − 1.
@@ -1165,13 +1161,13 @@ template <int KB, bool SILU> struct tensor_core_backward {
             for (int e = 0; e < 4; e++) p[nt][e] = pp[nt][e] = 0.0f;
     }
 
-    // g on one tile, as hi and lo A operands (SiLU's slope recomputed from z; without SiLU g is
-    // dout itself, exact in bf16, and lo is not used); adds its terms of P, Pp and Σ g.
-    __device__ __forceinline__ void gradient_tile(const __nv_bfloat16 *xt, const __nv_bfloat16 *dt, unsigned (&hi)[4],
-                                  unsigned (&lo)[4])
+    // g on one tile, as the A operand gr (SiLU's slope recomputed from z and g rounded to bf16;
+    // without SiLU g is dout itself, exact in bf16); adds its terms of P, Pp and Σ g (this one
+    // of the unrounded g).
+    __device__ __forceinline__ void gradient_tile(const __nv_bfloat16 *xt, const __nv_bfloat16 *dt, unsigned (&gr)[4])
     {
         const tile_rows rows(kWide);
-        load_matrices(hi, dt + rows.own); // dout, in the A layout
+        load_matrices(gr, dt + rows.own); // dout, in the A layout
         if constexpr (SILU) {
             unsigned x[4], xp[4];
             float z[2][4];
@@ -1183,16 +1179,16 @@ template <int KB, bool SILU> struct tensor_core_backward {
             for (int r = 0; r < 4; r++) { // A register r holds result tile r / 2, rows r % 2
                 const float *zr = &z[r / 2][2 * (r % 2)];
                 float d0, d1;
-                unpack2(hi[r], d0, d1, __nv_bfloat16());
+                unpack2(gr[r], d0, d1, __nv_bfloat16());
                 d0 *= activation_slope(zr[0], true), d1 *= activation_slope(zr[1], true);
                 g_sum += d0 + d1;
-                split_pair(d0, d1, hi[r], lo[r]);
+                gr[r] = pack2(d0, d1, __nv_bfloat16());
             }
         } else {
 #pragma unroll
             for (int r = 0; r < 4; r++) {
                 float d0, d1;
-                unpack2(hi[r], d0, d1, __nv_bfloat16());
+                unpack2(gr[r], d0, d1, __nv_bfloat16());
                 g_sum += d0 + d1;
             }
         }
@@ -1200,25 +1196,20 @@ template <int KB, bool SILU> struct tensor_core_backward {
         // diagonal swapped), X and Xp as B operands.
         unsigned xb[4], xpb[4];
         zt.template load_x<true>(xt, rows, xb, xpb);
-        auto add_lag_sums = [&](const unsigned (&gr)[4]) {
-            const unsigned gt[4] = {transposed(gr[0]), transposed(gr[2]), transposed(gr[1]), transposed(gr[3])};
-            multiply_add(p[0], gt, {xb[0], xb[1]});
-            multiply_add(p[1], gt, {xb[2], xb[3]});
-            if constexpr (kWide) multiply_add(pp[0], gt, {xpb[0], xpb[1]});
-            multiply_add(pp[1], gt, {xpb[2], xpb[3]});
-        };
-        add_lag_sums(hi);
-        if constexpr (SILU) add_lag_sums(lo);
+        const unsigned gt[4] = {transposed(gr[0]), transposed(gr[2]), transposed(gr[1]), transposed(gr[3])};
+        multiply_add(p[0], gt, {xb[0], xb[1]});
+        multiply_add(p[1], gt, {xb[2], xb[3]});
+        if constexpr (kWide) multiply_add(pp[0], gt, {xpb[0], xpb[1]});
+        multiply_add(pp[1], gt, {xpb[2], xpb[3]});
     }
 
     // g on the first K − 1 steps after the warp's pass (the next warp's first, or the next
     // span's), which the warp's last segment needs for dx: the pairs (2q, 2q + 1) and, with
-    // kWide, (2q + 8, 2q + 9) at every lane, split as the tiles' are.
-    __device__ __forceinline__ void gradient_after(const __nv_bfloat16 *xe, const __nv_bfloat16 *de, unsigned (&hi)[2],
-                                   unsigned (&lo)[2]) const
+    // kWide, (2q + 8, 2q + 9) at every lane, rounded to bf16 as the tiles' are.
+    __device__ __forceinline__ void gradient_after(const __nv_bfloat16 *xe, const __nv_bfloat16 *de, unsigned (&ga)[2]) const
     {
-        if constexpr (kWide) gradient_after_by_lanes(xe, de, hi, lo);
-        else gradient_after_on_tensor_cores(xe, de, hi[0], lo[0]);
+        if constexpr (kWide) gradient_after_by_lanes(xe, de, ga);
+        else ga[0] = gradient_after_on_tensor_cores(xe, de);
     }
 
     // Without kWide the 8 steps after the warp are z's row of a product like a tile's: each of
@@ -1226,8 +1217,7 @@ template <int KB, bool SILU> struct tensor_core_backward {
     // before them, so each of the result's rows 0–7 holds z at the pairs (2q, 2q + 1). One
     // ldmatrix and two products, where the sum in gradient_after_by_lanes took ~50
     // instructions per pass.
-    __device__ __forceinline__ void gradient_after_on_tensor_cores(const __nv_bfloat16 *xe, const __nv_bfloat16 *de,
-                                                                   unsigned &hi, unsigned &lo) const
+    __device__ __forceinline__ unsigned gradient_after_on_tensor_cores(const __nv_bfloat16 *xe, const __nv_bfloat16 *de) const
     {
         const int q = threadIdx.x % 4;
         float d0, d1;
@@ -1248,11 +1238,11 @@ template <int KB, bool SILU> struct tensor_core_backward {
         // out of dx.
         if (2 * q >= KB - 1) d0 = 0.0f;
         if (2 * q + 1 >= KB - 1) d1 = 0.0f;
-        split_pair(d0, d1, hi, lo);
+        return pack2(d0, d1, __nv_bfloat16());
     }
 
     __device__ __forceinline__ void gradient_after_by_lanes(const __nv_bfloat16 *xe, const __nv_bfloat16 *de,
-                                                            unsigned (&hi)[2], unsigned (&lo)[2]) const
+                                                            unsigned (&ga)[2]) const
     {
         const int lane = threadIdx.x % 32, s = lane % 16, q = lane % 4;
         float gs = 0.0f;
@@ -1267,9 +1257,8 @@ template <int KB, bool SILU> struct tensor_core_backward {
                 gs = d;
             }
         }
-        split_pair(__shfl_sync(~0u, gs, 2 * q), __shfl_sync(~0u, gs, 2 * q + 1), hi[0], lo[0]);
-        if constexpr (kWide)
-            split_pair(__shfl_sync(~0u, gs, 2 * q + 8), __shfl_sync(~0u, gs, 2 * q + 9), hi[1], lo[1]);
+        ga[0] = pack2(__shfl_sync(~0u, gs, 2 * q), __shfl_sync(~0u, gs, 2 * q + 1), __nv_bfloat16());
+        if constexpr (kWide) ga[1] = pack2(__shfl_sync(~0u, gs, 2 * q + 8), __shfl_sync(~0u, gs, 2 * q + 9), __nv_bfloat16());
     }
 
     // dx += G·Vc + Gn·Vn on one tile. Gn's rows gr + 1 come from lane + 4; the last row group
@@ -1304,25 +1293,23 @@ template <int KB, bool SILU> struct tensor_core_backward {
                                          int64_t final_from)
     {
         const int q = threadIdx.x % 4;
-        unsigned hi[2][4], lo[2][4], after_hi[2] = {0, 0}, after_lo[2] = {0, 0};
-        gradient_after(x + 256 * TILES, d + 256 * TILES, after_hi, after_lo); // first: fewer registers live
-        gradient_tile(x, d, hi[0], lo[0]);
+        unsigned gr[2][4], after[2] = {0, 0};
+        gradient_after(x + 256 * TILES, d + 256 * TILES, after); // first: fewer registers live
+        gradient_tile(x, d, gr[0]);
         // Tiles wholly before this step store pairs (an aligned row, no final states to add).
         const int64_t pairs_end = plan.vec_dx ? (a.L < final_from ? a.L : final_from) : 0;
         __nv_bfloat16 *out = row_of<__nv_bfloat16>(a.dx, b, c);
 #pragma unroll
         for (int mt = 0; mt < TILES; mt++) {
             const int now = mt % 2, next = 1 - now;
-            unsigned next_hi[2] = {after_hi[0], after_hi[1]}, next_lo[2] = {after_lo[0], after_lo[1]};
+            unsigned next_rows[2] = {after[0], after[1]};
             if (mt + 1 < TILES) {
-                gradient_tile(x + 256 * (mt + 1), d + 256 * (mt + 1), hi[next], lo[next]);
-                next_hi[0] = __shfl_sync(~0u, hi[next][0], q), next_lo[0] = __shfl_sync(~0u, lo[next][0], q);
-                if constexpr (kWide)
-                    next_hi[1] = __shfl_sync(~0u, hi[next][2], q), next_lo[1] = __shfl_sync(~0u, lo[next][2], q);
+                gradient_tile(x + 256 * (mt + 1), d + 256 * (mt + 1), gr[next]);
+                next_rows[0] = __shfl_sync(~0u, gr[next][0], q);
+                if constexpr (kWide) next_rows[1] = __shfl_sync(~0u, gr[next][2], q);
             }
             float dx[2][4] = {};
-            input_gradient_tile(hi[now], next_hi, dx);
-            if constexpr (SILU) input_gradient_tile(lo[now], next_lo, dx);
+            input_gradient_tile(gr[now], next_rows, dx);
             const int64_t t0 = t_first + 256 * mt;
             store_tile(out, a.L, t0 + 256 <= pairs_end, t0, dx, [&](int64_t u, float v) {
                 return u >= final_from ? v + ld<__nv_bfloat16>(a.dfinal, b, c, u - final_from) : v;
@@ -3003,13 +2990,12 @@ __global__ void __launch_bounds__(kBlock, kStreamBackwardBlocks) stream_bwd(conv
 //     is g's words of blocks g − 2, g + 6, g − 1, g + 7 (m16n8k16) and g, g + 8 (m16n8k8): the
 //     lane's own two words and, by shuffles from the lanes 4 and 8 before it (modulo the 8
 //     groups), theirs; where that wraps (blocks −2, −1), the sender's block g + 8 word of the
-//     previous tile, which each lane keeps. g is bf16 hi + lo (two products each), so dx keeps
-//     float precision in g;
-//   dw: P = Xwinᵀ·G (24 window steps × 8 steps, summed over the 16 blocks), two m16n8k16 per
-//     part. Their operands are movmatrix transposes of words the lane already holds: X's six
-//     (m-tile 0: blocks g − 2, g − 1, g + 6, g + 7; m-tile 1: g, g + 8, its rows 24–31 a row of
-//     ones in row 24, whose results are dbias' sums) and g's two. P[j][n] is the sum at lag
-//     16 + n − j; each lane folds its results into four sums, lags D0 or D0 + 16, D0 + 1 or
+//     previous tile, which each lane keeps. g is rounded to bf16 for all the products (as in
+//     tensor_core_backward: hi + lo took 1265–1274 µs here against 1142–1143);
+//   dw: P = Xwinᵀ·G (24 window steps × 8 steps, summed over the 16 blocks), two m16n8k16.
+//     Their operands are movmatrix transposes of words the lane already holds: X's six
+//     (m-tile 0: blocks g − 2, g − 1, g + 6, g + 7; m-tile 1: g, g + 8, its rows 24–31 zero)
+//     and g's two. P[j][n] is the sum at lag 16 + n − j; each lane folds its results into four sums, lags D0 or D0 + 16, D0 + 1 or
 //     D0 + 17 (whichever lies in 0 … 15), D0 + 8 and D0 + 9, D0 = 2q − g. At the segment's end
 //     the sums meet by lag in shared memory, in a fixed order (no atomics).
 // A tile's dx (the 16 steps before it and its first 112) is written over dout's rows of the
@@ -3231,17 +3217,17 @@ __global__ void __launch_bounds__(kBlock, 2)
     // The lags of this lane's dw sums (see above), as the selects of the folding.
     const int d0 = 2 * q - g;
     const bool lag0_late = d0 >= 0, lag1_late = d0 >= -1;
-    const unsigned ones_row = g == 0 ? 0x3f803f80u : 0u; // bf16 (1, 1): dbias' row of m-tile 1
     // The lag sums live in shared memory between the tiles (each lane its own): in registers
-    // (32) they made the kernel spill. dbias' sums (8) fit in registers, and measured faster
-    // there than read and written back per tile (bench/NOTES.md, v45).
-    unsigned previous[8][2]; // [channel][hi, lo]: g's word of block g + 8 in the previous tile
+    // (32) they made the kernel spill, and still lost with g in one part (1212–1214 µs against
+    // 1142–1143, bench/NOTES.md, v47). dbias' sums (8) fit in registers, and measured faster
+    // there than read and written back per tile (v45).
+    unsigned previous[8]; // [channel]: g's word of block g + 8 in the previous tile
 #pragma unroll
     for (int j = 0; j < 8; j++) {
         lag_sums[j * 32 + lane] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        previous[j][0] = previous[j][1] = 0u; // before t0: no dx written
+        previous[j] = 0u; // before t0: no dx written
     }
-    float bias_acc[8] = {}; // [channel]: dbias' sums (lanes g = 0 only; the others add zeros)
+    float bias_acc[8] = {}; // [channel]: dbias' sums of this lane's steps, in float32
 
     for (int k = 0; k < tiles; k++) {
         if (TG_BULK_COPY) {
@@ -3288,7 +3274,7 @@ __global__ void __launch_bounds__(kBlock, 2)
 #pragma unroll
             for (int m = 0; m < 4; m++) { // channels 2m, 2m + 1 of the piece, side by side (h)
                 // Each step of the maths is written for both channels before the next: one
-                // channel's chain (z, its slope, g's parts, their transposes, the products) is long,
+                // channel's chain (z, its slope, g, its transposes, the products) is long,
                 // and the other's instructions fill its waits.
                 unsigned w[2][6];
                 float gv[2][4]; // g at steps 2q, 2q + 1 of blocks g (0, 1) and g + 8 (2, 3)
@@ -3324,50 +3310,57 @@ __global__ void __launch_bounds__(kBlock, 2)
 #pragma unroll
                         for (int i = 0; i < 4; i++) gv[h][i] = scaled_gradient<T, false>(0.0f, gv[h][i]);
                 }
-                unsigned own_words[2][2][2]; // [h][hi, lo][block g, block g + 8]
-                unsigned xt[2][6];           // X's words transposed, for dw
+#pragma unroll
+                for (int h = 0; h < 2; h++) { // dbias of g before its rounding: the segment's own steps only
+                    if (PAST_END) {
+                        const int64_t s = tile_t + lane_step;
+                        bias_acc[2 * m + h] += ((s < end ? gv[h][0] : 0.0f) + (s + 1 < end ? gv[h][1] : 0.0f)) +
+                                               ((s + 64 < end ? gv[h][2] : 0.0f) + (s + 65 < end ? gv[h][3] : 0.0f));
+                    } else {
+                        bias_acc[2 * m + h] += (gv[h][0] + gv[h][1]) + (gv[h][2] + gv[h][3]);
+                    }
+                }
+                unsigned own_words[2][2]; // [h][block g, block g + 8]
+                unsigned xt[2][6];        // X's words transposed, for dw
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    split_pair(gv[h][0], gv[h][1], own_words[h][0][0], own_words[h][1][0]);
-                    split_pair(gv[h][2], gv[h][3], own_words[h][0][1], own_words[h][1][1]);
+                    own_words[h][0] = pack2(gv[h][0], gv[h][1], T());
+                    own_words[h][1] = pack2(gv[h][2], gv[h][3], T());
 #pragma unroll
                     for (int i = 0; i < 6; i++) xt[h][i] = transposed8(w[h][i]);
                 }
-                float d[2][2][4], p0[2][4], p1[2][4]; // d: [hi, lo][h]
+                float d[2][4], p0[2][4], p1[2][4];
 #pragma unroll
                 for (int h = 0; h < 2; h++)
 #pragma unroll
-                    for (int i = 0; i < 4; i++) d[0][h][i] = d[1][h][i] = p0[h][i] = p1[h][i] = 0.0f;
+                    for (int i = 0; i < 4; i++) d[h][i] = p0[h][i] = p1[h][i] = 0.0f;
+                unsigned window[2][4], gt[2][2];
 #pragma unroll
-                for (int part = 0; part < 2; part++) {
-                    unsigned window[2][4], gt[2][2];
+                for (int h = 0; h < 2; h++) {
+                    const int ch = 2 * m + h;
+                    const unsigned lo = own_words[h][0], hi = own_words[h][1];
+                    // The lanes 4 (8) before send what block g − 1 (g − 2) and g + 7 (g + 6) are:
+                    // their blocks g and g + 8, or where that wraps (to blocks −1, −2 and 7, 6),
+                    // their block g + 8 of the previous tile and their block g of this one.
+                    const bool wraps4 = g == 7, wraps8 = g >= 6;
+                    window[h][0] = __shfl_sync(0xffffffffu, wraps8 ? previous[ch] : lo, (lane + 24) & 31); // g − 2
+                    window[h][1] = __shfl_sync(0xffffffffu, wraps8 ? lo : hi, (lane + 24) & 31);                 // g + 6
+                    window[h][2] = __shfl_sync(0xffffffffu, wraps4 ? previous[ch] : lo, (lane + 28) & 31); // g − 1
+                    window[h][3] = __shfl_sync(0xffffffffu, wraps4 ? lo : hi, (lane + 28) & 31);                 // g + 7
+                    previous[ch] = hi;
+                    // dw: the segment's own steps only
+                    gt[h][0] = transposed8(PAST_END ? lo & own_g : lo);
+                    gt[h][1] = transposed8(PAST_END ? hi & own_g8 : hi);
+                }
 #pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        const int ch = 2 * m + h;
-                        const unsigned lo = own_words[h][part][0], hi = own_words[h][part][1];
-                        // The lanes 4 (8) before send what block g − 1 (g − 2) and g + 7 (g + 6) are:
-                        // their blocks g and g + 8, or where that wraps (to blocks −1, −2 and 7, 6),
-                        // their block g + 8 of the previous tile and their block g of this one.
-                        const bool wraps4 = g == 7, wraps8 = g >= 6;
-                        window[h][0] = __shfl_sync(0xffffffffu, wraps8 ? previous[ch][part] : lo, (lane + 24) & 31); // g − 2
-                        window[h][1] = __shfl_sync(0xffffffffu, wraps8 ? lo : hi, (lane + 24) & 31);                 // g + 6
-                        window[h][2] = __shfl_sync(0xffffffffu, wraps4 ? previous[ch][part] : lo, (lane + 28) & 31); // g − 1
-                        window[h][3] = __shfl_sync(0xffffffffu, wraps4 ? lo : hi, (lane + 28) & 31);                 // g + 7
-                        previous[ch][part] = hi;
-                        // dw, dbias: the segment's own steps only
-                        gt[h][0] = transposed8(PAST_END ? lo & own_g : lo);
-                        gt[h][1] = transposed8(PAST_END ? hi & own_g8 : hi);
-                    }
-#pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        const unsigned *pairs = mirror_pairs + (2 * m + h) * kTapPairStride;
-                        mma16<T>(d[part][h], window[h], pairs[0], pairs[4]);
-                        mma8<T>(d[part][h], own_words[h][part][0], own_words[h][part][1], pairs[8]);
-                        const unsigned xt0[4] = {xt[h][0], xt[h][2], xt[h][1], xt[h][3]};
-                        const unsigned xt1[4] = {xt[h][4], ones_row, xt[h][5], ones_row};
-                        mma16<T>(p0[h], xt0, gt[h][0], gt[h][1]);
-                        mma16<T>(p1[h], xt1, gt[h][0], gt[h][1]);
-                    }
+                for (int h = 0; h < 2; h++) {
+                    const unsigned *pairs = mirror_pairs + (2 * m + h) * kTapPairStride;
+                    mma16<T>(d[h], window[h], pairs[0], pairs[4]);
+                    mma8<T>(d[h], own_words[h][0], own_words[h][1], pairs[8]);
+                    const unsigned xt0[4] = {xt[h][0], xt[h][2], xt[h][1], xt[h][3]};
+                    const unsigned xt1[4] = {xt[h][4], 0u, xt[h][5], 0u};
+                    mma16<T>(p0[h], xt0, gt[h][0], gt[h][1]);
+                    mma16<T>(p1[h], xt1, gt[h][0], gt[h][1]);
                 }
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
@@ -3379,15 +3372,13 @@ __global__ void __launch_bounds__(kBlock, 2)
                     sums.w += p0[h][3];
                     lag_sums[ch * 32 + lane] = sums;
                 }
-                bias_acc[2 * m] += p1[0][2] + p1[0][3];
-                bias_acc[2 * m + 1] += p1[1][2] + p1[1][3];
-                // d[part][h][0], [1]: channel h's dx (from g's hi or lo part) at steps 2q, 2q + 1
+                // d[h][0], [1]: channel h's dx at steps 2q, 2q + 1
                 // of block g − 2; [2], [3]: of block g + 6. They go over dout's rows of blocks g
                 // and g + 8, which this lane read.
-                const unsigned e0 = pack2(d[0][0][0] + d[1][0][0], d[0][1][0] + d[1][1][0], T());
-                const unsigned e1 = pack2(d[0][0][1] + d[1][0][1], d[0][1][1] + d[1][1][1], T());
-                const unsigned f0 = pack2(d[0][0][2] + d[1][0][2], d[0][1][2] + d[1][1][2], T());
-                const unsigned f1 = pack2(d[0][0][3] + d[1][0][3], d[0][1][3] + d[1][1][3], T());
+                const unsigned e0 = pack2(d[0][0], d[1][0], T());
+                const unsigned e1 = pack2(d[0][1], d[1][1], T());
+                const unsigned f0 = pack2(d[0][2], d[1][2], T());
+                const unsigned f1 = pack2(d[0][3], d[1][3], T());
                 word_of(dx_rows[0], m) = odd_first ? e1 : e0;
                 word_of(dx_rows[1], m) = odd_first ? e0 : e1;
                 word_of(dx_rows[2], m) = odd_first ? f1 : f0;
@@ -3416,8 +3407,8 @@ __global__ void __launch_bounds__(kBlock, 2)
         const int64_t c = c0 + 8 * warp + j;
         if (c >= a.C) continue;
         float sum = 0.0f;
-        if (i == 16) { // dbias: row 24 of m-tile 1, lanes (0, q)
-            for (int l = 0; l < 4; l++) sum += j % 2 ? bias_sums[j / 2 * 32 + l].y : bias_sums[j / 2 * 32 + l].x;
+        if (i == 16) { // dbias: every lane's float32 sum
+            for (int l = 0; l < 32; l++) sum += j % 2 ? bias_sums[j / 2 * 32 + l].y : bias_sums[j / 2 * 32 + l].x;
         } else {
             for (int n = 0; n < 8; n++) {
                 const int row = 16 + n - i;
