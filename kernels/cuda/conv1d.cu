@@ -3109,6 +3109,13 @@ __global__ void __launch_bounds__(kBlock, 2)
     __syncthreads();
     unsigned taps[8][3]; // the forward's operands of this warp's 8 channels
     read_tap_pairs(forward_table, 2 * q - g - 1 + 8, 8 * warp, taps);
+    // z's bias comes out of the product: B[0][n] (lanes q = 0, low half) meets no x step, so it
+    // holds the bias, and A's column 0 (the same lanes' low halves) is patched to 1.
+    if (q == 0)
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            taps[j][0] = (taps[j][0] & 0xffff0000u) | __bfloat16_as_ushort(__float2bfloat16_rn(bias[8 * warp + j]));
+    const unsigned column0_keep = q == 0 ? 0xffff0000u : 0xffffffffu, column0_one = q == 0 ? 0x3f80u : 0u;
     const unsigned *mirror_pairs = tap_pairs_of(mirror_table, 2 * q - g + 8, 8 * warp);
 
     // This thread's copies: piece threadIdx.x % 4 of rows threadIdx.x / 4 + 32j of a tile.
@@ -3294,9 +3301,9 @@ __global__ void __launch_bounds__(kBlock, 2)
 #pragma unroll
                     for (int h = 0; h < 2; h++) {
                         const int ch = 2 * m + h;
-                        const float bh = bias[8 * warp + ch];
-                        const unsigned x16[4] = {w[h][0], w[h][1], w[h][2], w[h][3]};
-                        z[h][0] = z[h][1] = z[h][2] = z[h][3] = bh;
+                        const unsigned x16[4] = {(w[h][0] & column0_keep) | column0_one,
+                                                 (w[h][1] & column0_keep) | column0_one, w[h][2], w[h][3]};
+                        z[h][0] = z[h][1] = z[h][2] = z[h][3] = 0.0f;
                         mma16<T>(z[h], x16, taps[ch][0], taps[ch][1]);
                         mma8<T>(z[h], w[h][4], w[h][5], taps[ch][2]);
                     }
