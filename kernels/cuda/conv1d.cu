@@ -2990,14 +2990,17 @@ __global__ void __launch_bounds__(kBlock, kStreamBackwardBlocks) stream_bwd(conv
 //     is g's words of blocks g − 2, g + 6, g − 1, g + 7 (m16n8k16) and g, g + 8 (m16n8k8): the
 //     lane's own two words and, by shuffles from the lanes 4 and 8 before it (modulo the 8
 //     groups), theirs; where that wraps (blocks −2, −1), the sender's block g + 8 word of the
-//     previous tile, which each lane keeps. g is rounded to bf16 for all the products (as in
-//     tensor_core_backward: hi + lo took 1265–1274 µs here against 1142–1143);
+//     previous tile, which each lane keeps. g is rounded to bf16 for all the products, as in
+//     tensor_core_backward (carried as hi + lo, it took 1265–1277 µs here against 1140–1149);
 //   dw: P = Xwinᵀ·G (24 window steps × 8 steps, summed over the 16 blocks), two m16n8k16.
 //     Their operands are movmatrix transposes of words the lane already holds: X's six
 //     (m-tile 0: blocks g − 2, g − 1, g + 6, g + 7; m-tile 1: g, g + 8, its rows 24–31 zero)
-//     and g's two. P[j][n] is the sum at lag 16 + n − j; each lane folds its results into four sums, lags D0 or D0 + 16, D0 + 1 or
-//     D0 + 17 (whichever lies in 0 … 15), D0 + 8 and D0 + 9, D0 = 2q − g. At the segment's end
-//     the sums meet by lag in shared memory, in a fixed order (no atomics).
+//     and g's two. P[j][n] is the sum at lag 16 + n − j; each lane folds its results into four
+//     sums, lags D0 or D0 + 16, D0 + 1 or D0 + 17 (whichever lies in 0 … 15), D0 + 8 and
+//     D0 + 9, D0 = 2q − g. At the segment's end the sums meet by lag in shared memory, in a
+//     fixed order (no atomics);
+//   dbias: each lane's float32 sum of its g before the rounding, met across the lanes at the
+//     segment's end in a fixed order.
 // A tile's dx (the 16 steps before it and its first 112) is written over dout's rows of the
 // steps 16 later (the lane's own rows: each lane writes what it read), and copied out a tile
 // later: by one tensor copy from thread 0 where the tile lies inside the segment and away from
