@@ -3322,13 +3322,11 @@ __global__ void __launch_bounds__(kBlock, 2)
                 }
 #pragma unroll
                 for (int h = 0; h < 2; h++) { // dbias of g before its rounding: the segment's own steps only
-                    if (PAST_END) {
-                        const int64_t s = tile_t + lane_step;
-                        bias_acc[2 * m + h] += ((s < end ? gv[h][0] : 0.0f) + (s + 1 < end ? gv[h][1] : 0.0f)) +
-                                               ((s + 64 < end ? gv[h][2] : 0.0f) + (s + 65 < end ? gv[h][3] : 0.0f));
-                    } else {
+                    if (PAST_END) // own_g, own_g8: a half set per step of the segment's
+                        bias_acc[2 * m + h] += ((own_g & 0xffffu ? gv[h][0] : 0.0f) + (own_g >> 16 ? gv[h][1] : 0.0f)) +
+                                               ((own_g8 & 0xffffu ? gv[h][2] : 0.0f) + (own_g8 >> 16 ? gv[h][3] : 0.0f));
+                    else
                         bias_acc[2 * m + h] += (gv[h][0] + gv[h][1]) + (gv[h][2] + gv[h][3]);
-                    }
                 }
                 unsigned own_words[2][2]; // [h][block g, block g + 8]
                 unsigned xt[2][6];        // X's words transposed, for dw
