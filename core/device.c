@@ -5,7 +5,13 @@
  * up (512 bytes below 1 MiB, then whole MiB) and takes the newest free block of exactly
  * that size, else asks CUDA for a new one (and, when CUDA is out of memory, gives every
  * cached block back and asks once more). Exact sizes and newest-first make repeated
- * identical steps reuse identical addresses. Single-threaded, like the rest of core. */
+ * identical steps reuse identical addresses. Single-threaded, like the rest of core.
+ *
+ * CUDA graphs (core/graph.c). While a step is captured, every block handed out or given
+ * back is recorded; when the capture ends, the graph reserves those blocks: its replays
+ * write them, so none may go to another tensor while the graph lives. A reserved block
+ * that is given back is parked (still counted in use) instead of cached, and returns to
+ * the cache when its graph is freed. */
 #include "internal.h"
 
 #ifdef TG_HAVE_CUDA
@@ -25,6 +31,26 @@ static struct {
     size_t n_free, capacity;
     size_t in_use, peak, reserved;
 } cache;
+
+/* A block a graph holds: parked once given back, else still with its tensor. */
+typedef struct {
+    void *ptr;
+    size_t size;
+    const void *owner;
+    bool parked;
+} tg_graph_block;
+
+static struct {
+    tg_graph_block *blocks;
+    size_t n, capacity;
+} graph_blocks;
+
+/* The blocks handed out or given back while a capture runs. */
+static struct {
+    tg_block *blocks;
+    size_t n, capacity;
+    bool on;
+} captured;
 
 /* Host memory is counted too (heap tensors, gradients, tape chunks), without a cache. */
 static struct {
@@ -54,6 +80,37 @@ static tg_status no_cuda(const char *what)
     return tg_set_error(TG_ERR_DEVICE, "%s: this build has no CUDA backend", what);
 }
 #endif
+
+/* Appends a block to a growing array of `element` bytes; false when out of memory. */
+static bool append(void **array, size_t *n, size_t *capacity, size_t element, const void *item)
+{
+    if (*n == *capacity) {
+        size_t grown_capacity = *capacity ? 2 * *capacity : 64;
+        void *grown = realloc(*array, grown_capacity * element);
+        if (!grown) return false;
+        *array = grown, *capacity = grown_capacity;
+    }
+    memcpy((char *)*array + *n * element, item, element);
+    (*n)++;
+    return true;
+}
+
+static void note_captured(void *ptr, size_t size)
+{
+    if (!captured.on) return;
+    for (size_t i = 0; i < captured.n; i++)
+        if (captured.blocks[i].ptr == ptr) return;
+    tg_block block = {ptr, size};
+    if (!append((void **)&captured.blocks, &captured.n, &captured.capacity, sizeof block, &block))
+        captured.on = false; /* tg_device_reserve_captured reports it */
+}
+
+static tg_graph_block *graph_block_of(const void *ptr)
+{
+    for (size_t i = 0; i < graph_blocks.n; i++)
+        if (graph_blocks.blocks[i].ptr == ptr) return &graph_blocks.blocks[i];
+    return NULL;
+}
 
 #ifdef TG_HAVE_CUDA
 static bool take_cached(size_t size, void **out)
@@ -99,6 +156,7 @@ tg_status tg_device_alloc(tg_device device, size_t bytes, void **out)
     }
     cache.in_use += size;
     if (cache.in_use > cache.peak) cache.peak = cache.in_use;
+    note_captured(*out, size);
     return TG_OK;
 #else
     (void)bytes;
@@ -106,19 +164,13 @@ tg_status tg_device_alloc(tg_device device, size_t bytes, void **out)
 #endif
 }
 
-void tg_device_free(tg_device device, void *ptr, size_t bytes)
+/* Puts a device block in the cache (or, when the cache's list cannot grow, back to the driver). */
+static void cache_block(void *ptr, size_t size)
 {
-    if (!ptr) return;
-    if (device == TG_DEVICE_CPU) {
-        free(ptr);
-        tg_host_memory_account(bytes, false);
-        return;
-    }
-    size_t size = round_size(bytes);
     if (cache.n_free == cache.capacity) {
         size_t capacity = cache.capacity ? cache.capacity * 2 : 64;
         tg_block *grown = realloc(cache.free_blocks, capacity * sizeof *grown);
-        if (!grown) { /* cannot cache it: give it back to the driver */
+        if (!grown) {
 #ifdef TG_HAVE_CUDA
             tg_cuda_free(ptr);
 #endif
@@ -131,6 +183,24 @@ void tg_device_free(tg_device device, void *ptr, size_t bytes)
     }
     cache.free_blocks[cache.n_free++] = (tg_block){ptr, size};
     cache.in_use -= size;
+}
+
+void tg_device_free(tg_device device, void *ptr, size_t bytes)
+{
+    if (!ptr) return;
+    if (device == TG_DEVICE_CPU) {
+        free(ptr);
+        tg_host_memory_account(bytes, false);
+        return;
+    }
+    size_t size = round_size(bytes);
+    note_captured(ptr, size);
+    tg_graph_block *held = graph_block_of(ptr);
+    if (held) { /* a graph's: it stays in use until the graph is freed */
+        held->parked = true;
+        return;
+    }
+    cache_block(ptr, size);
 }
 
 tg_status tg_device_memcpy(void *dst, const void *src, size_t bytes, tg_copy_direction direction)
@@ -154,6 +224,61 @@ tg_status tg_device_zero(tg_device device, void *ptr, size_t bytes)
 #else
     return no_cuda("device memset");
 #endif
+}
+
+/* ---- CUDA graphs' memory ------------------------------------------------------------------------ */
+
+void tg_device_capture_track(bool on)
+{
+    captured.on = on;
+    captured.n = 0;
+}
+
+/* Takes a cached block out of the cache; false when it is not there. */
+static bool take_from_cache(const void *ptr)
+{
+    for (size_t i = 0; i < cache.n_free; i++) {
+        if (cache.free_blocks[i].ptr != ptr) continue;
+        memmove(&cache.free_blocks[i], &cache.free_blocks[i + 1], (cache.n_free - i - 1) * sizeof(tg_block));
+        cache.n_free--;
+        return true;
+    }
+    return false;
+}
+
+tg_status tg_device_reserve_captured(const void *owner)
+{
+    bool complete = captured.on;
+    for (size_t i = 0; complete && i < captured.n; i++) {
+        const tg_block *b = &captured.blocks[i];
+        if (graph_block_of(b->ptr)) continue; /* an earlier graph's already (never shared) */
+        tg_graph_block held = {b->ptr, b->size, owner, false};
+        if (!append((void **)&graph_blocks.blocks, &graph_blocks.n, &graph_blocks.capacity, sizeof held, &held)) {
+            complete = false;
+            break;
+        }
+        if (take_from_cache(b->ptr)) { /* given back during the capture: parked from now on */
+            graph_blocks.blocks[graph_blocks.n - 1].parked = true;
+            cache.in_use += b->size;
+            if (cache.in_use > cache.peak) cache.peak = cache.in_use;
+        }
+    }
+    tg_device_capture_track(false);
+    if (complete) return TG_OK;
+    tg_device_release_reserved(owner);
+    return tg_set_error(TG_ERR_NOMEM, "out of host memory for the list of a graph's device blocks");
+}
+
+void tg_device_release_reserved(const void *owner)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < graph_blocks.n; i++) {
+        tg_graph_block b = graph_blocks.blocks[i];
+        if (b.owner != owner) graph_blocks.blocks[kept++] = b;
+        else if (b.parked) cache_block(b.ptr, b.size);
+        /* a block still with its tensor goes to the cache when that tensor is freed */
+    }
+    graph_blocks.n = kept;
 }
 
 /* ---- public: memory statistics and synchronisation ---------------------------------------- */

@@ -39,8 +39,9 @@ void tg_parallel_ranges(int64_t n, int64_t min_per_thread, tg_range_fn fn, void 
  * Host memory comes from malloc or a tape's arena; CUDA memory from a caching
  * allocator: freed blocks are kept by size and handed out again, most recently freed
  * first, so a step that allocates the same sizes in the same order as the step before
- * gets the same addresses. All work runs on CUDA's default stream, in order, so a block
- * freed after its last kernel was queued can be reused by the next kernel at once. */
+ * gets the same addresses. All work runs on one stream (the calling thread's default
+ * stream), in order, so a block freed after its last kernel was queued can be reused by the
+ * next kernel at once. */
 
 typedef enum { TG_COPY_HOST_TO_DEVICE, TG_COPY_DEVICE_TO_HOST, TG_COPY_DEVICE_TO_DEVICE } tg_copy_direction;
 
@@ -54,6 +55,14 @@ tg_status tg_device_zero(tg_device device, void *ptr, size_t bytes);
 
 /* Device bytes owned by the tape: given back by tg_tape_reset (or a rewind past them). */
 void *tg_tape_alloc_device(tg_tape *tape, tg_device device, size_t nbytes);
+
+/* CUDA graphs' memory (core/graph.c). Tracking on records every device block handed out or
+ * given back; tg_device_reserve_captured then gives the recorded blocks to `owner` (and
+ * stops tracking): given back, they are parked instead of cached, until
+ * tg_device_release_reserved(owner) returns them to the cache. */
+void tg_device_capture_track(bool on);
+tg_status tg_device_reserve_captured(const void *owner);
+void tg_device_release_reserved(const void *owner);
 
 /* ---- errors -------------------------------------------------------------------- */
 

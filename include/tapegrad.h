@@ -12,5 +12,6 @@
 #include "tapegrad/nn.h"
 #include "tapegrad/optim.h"
 #include "tapegrad/checkpoint.h"
+#include "tapegrad/graph.h"
 
 #endif

@@ -528,7 +528,10 @@ static tg_status load_parsed(const char *name, const tg_st_header *h, const unsi
         free(config);
         return status;
     }
-    if (optim) tg_optim_set_step_count(optim, m.optim_step);
+    if (optim && (status = tg_optim_set_step_count(optim, m.optim_step)) != TG_OK) {
+        free(config);
+        return status;
+    }
     if (info) {
         strcpy(config, m.config);
         *info = (tg_checkpoint_info){.step = m.step, .rng = m.rng, .config = config};

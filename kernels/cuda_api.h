@@ -30,6 +30,32 @@ tg_status tg_cuda_axpy(void *y, const void *x, tg_dtype dtype, int64_t n, double
 /* Fills t with normal(a, b) or uniform[a, b) values from cuRAND seeded with `seed`. */
 tg_status tg_cuda_fill_random(tg_tensor *t, uint64_t seed, bool normal, double a, double b);
 
+/* Capturing the stream into a CUDA graph (core/graph.c): begin, end (instantiating the
+ * graph: *exec is the executable graph, *n_nodes its node count), replay and destroy.
+ * tg_cuda_capturing says whether a capture is under way on the calling thread's stream:
+ * ops that would wait for the device then defer their checks to it instead. */
+tg_status tg_cuda_capture_begin(void);
+tg_status tg_cuda_capture_end(void **exec, size_t *n_nodes);
+bool tg_cuda_capturing(void);
+tg_status tg_cuda_graph_launch(void *exec);
+void tg_cuda_graph_destroy(void *exec);
+
+/* A bad input that a kernel found where the host could not wait for the answer (during a
+ * capture): the first one recorded, in device memory, until taken. The optimizer's step
+ * reads `kind` and changes nothing while it is set. */
+enum { TG_BAD_INPUT_NONE = 0, TG_BAD_EMBEDDING_ID = 1, TG_BAD_TARGET = 2 };
+typedef struct {
+    int32_t kind;     /* TG_BAD_INPUT_NONE when nothing was found */
+    int32_t value;    /* the id or target */
+    int64_t position; /* its flat row-major position */
+    int64_t limit;    /* the number of rows or classes it had to stay under */
+} tg_bad_input;
+/* The record's device address (allocated and cleared on first use, outside a capture);
+ * NULL with a message when that fails. */
+tg_bad_input *tg_cuda_bad_input_record(void);
+/* Waits for the device, copies the record out and clears it. */
+tg_status tg_cuda_take_bad_input(tg_bad_input *out);
+
 #ifdef __cplusplus
 }
 #endif

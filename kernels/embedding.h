@@ -12,7 +12,9 @@ extern "C" {
 #endif
 
 /* Finds the first id (in row-major order of ids) outside [0, vocab): *bad_position gets
- * its flat position and *bad_id its value, or *bad_position = -1 when every id is valid. */
+ * its flat position and *bad_id its value, or *bad_position = -1 when every id is valid.
+ * During a CUDA graph capture the CUDA kernel cannot wait for the answer: it records bad
+ * ids on the device (kernels/cuda_api.h) and answers -1. */
 typedef tg_status (*tg_embedding_find_bad_id_kernel)(const tg_tensor *ids, int64_t vocab, int64_t *bad_position,
                                                      int64_t *bad_id);
 /* out[p, :] = table[ids[p], :] for every position p of ids (ids already checked). */
@@ -22,8 +24,10 @@ typedef tg_status (*tg_embedding_fwd_kernel)(const tg_tensor *table, const tg_te
  * does every run: an id's positions in row-major order are cut into chunks of
  * TG_EMBEDDING_GRAD_CHUNK, each chunk is summed in order from +0, the chunk sums are
  * added in order from +0, and the total is rounded once into dtable's dtype. (The chunks
- * let a GPU split the run of a token that fills most of a batch.) Fails, writing nothing,
- * on an id outside [0, V), which can only happen when ids changed after the forward. */
+ * let a GPU split the run of a token that fills most of a batch.) An id outside [0, V) can
+ * only appear when ids changed after the forward: the CPU kernel then fails, writing
+ * nothing; the CUDA kernel, which does not wait for the device, records it as a bad input
+ * and leaves that position out. */
 typedef tg_status (*tg_embedding_bwd_kernel)(const tg_tensor *dy, const tg_tensor *ids, tg_tensor *dtable);
 
 tg_status tg_cpu_embedding_find_bad_id(const tg_tensor *ids, int64_t vocab, int64_t *bad_position, int64_t *bad_id);

@@ -6,7 +6,8 @@
  * Backward: ∂lse/∂x_j = softmax(x)_j and ∂x_t/∂x_j = δ_jt, so on a counted row
  *   dx_j = dy · (softmax(x)_j − δ_jt) / n,
  * and 0 on an ignored row. The backward recomputes the softmax from the logits, so the
- * op saves nothing larger than two numbers (ignore_index and n). */
+ * op saves nothing larger than two numbers: ignore_index, and n in a one-element tensor
+ * the forward kernel fills (on CUDA it stays on the device, so no step waits for it). */
 #include "kernels/loss.h"
 
 static const tg_cross_entropy_check_kernel ce_check[TG_DEVICE_COUNT] =
@@ -15,10 +16,12 @@ static const tg_cross_entropy_fwd_kernel ce_fwd[TG_DEVICE_COUNT] =
     TG_KERNELS(tg_cpu_cross_entropy_fwd, TG_CUDA_KERNEL(tg_cuda_cross_entropy_fwd));
 static const tg_cross_entropy_bwd_kernel ce_bwd[TG_DEVICE_COUNT] =
     TG_KERNELS(tg_cpu_cross_entropy_bwd, TG_CUDA_KERNEL(tg_cuda_cross_entropy_bwd));
+static const tg_count_correct_kernel count_correct[TG_DEVICE_COUNT] =
+    TG_KERNELS(tg_cpu_count_correct, TG_CUDA_KERNEL(tg_cuda_count_correct));
 
 typedef struct {
     int32_t ignore_index;
-    int64_t n_valid;
+    tg_tensor *count; /* (1) f64: the rows counted */
 } cross_entropy_ctx;
 
 static tg_status cross_entropy_backward(tg_node *node, tg_tensor *const *dy, tg_tensor **dx)
@@ -27,8 +30,7 @@ static tg_status cross_entropy_backward(tg_node *node, tg_tensor *const *dy, tg_
     const tg_tensor *logits = node->inputs[0], *targets = node->inputs[1];
     dx[0] = tg_empty_like(node->tape, logits);
     if (!dx[0]) return TG_ERR_NOMEM;
-    return TG_DISPATCH(node->op, ce_bwd, logits->device, logits, targets, ctx->ignore_index, ctx->n_valid, dy[0],
-                       dx[0]);
+    return TG_DISPATCH(node->op, ce_bwd, logits->device, logits, targets, ctx->ignore_index, ctx->count, dy[0], dx[0]);
 }
 
 /* targets must have logits' leading shape; 1-D logits (one row) take targets of shape (1). */
@@ -73,14 +75,13 @@ static bool check_cross_entropy(const char *op, tg_tape *tape, tg_tensor *logits
     return true;
 }
 
-/* Scans the targets before anything is allocated; *n_valid receives the count of
- * targets not equal to ignore_index. Fails naming the first target outside [0, V). */
-static bool check_targets(const char *op, const tg_tensor *logits, const tg_tensor *targets, int32_t ignore_index,
-                          int64_t *n_valid)
+/* Scans the targets before anything is allocated. Fails naming the first target outside
+ * [0, V) (during a CUDA capture, the device records it instead: tapegrad/graph.h). */
+static bool check_targets(const char *op, const tg_tensor *logits, const tg_tensor *targets, int32_t ignore_index)
 {
-    int64_t classes = logits->shape[logits->ndim - 1], bad_index = -1;
+    int64_t classes = logits->shape[logits->ndim - 1], bad_index = -1, n_valid = 0;
     int32_t bad_value = 0;
-    if (TG_DISPATCH(op, ce_check, targets->device, targets, ignore_index, classes, n_valid, &bad_index,
+    if (TG_DISPATCH(op, ce_check, targets->device, targets, ignore_index, classes, &n_valid, &bad_index,
                     &bad_value) != TG_OK)
         return false;
     if (bad_index < 0) return true;
@@ -102,17 +103,27 @@ static bool check_targets(const char *op, const tg_tensor *logits, const tg_tens
 tg_tensor *tg_cross_entropy(tg_tape *tape, tg_tensor *logits, tg_tensor *targets, int32_t ignore_index)
 {
     const char *name = "tg_cross_entropy";
-    int64_t n_valid = 0;
-    if (!check_cross_entropy(name, tape, logits, targets) ||
-        !check_targets(name, logits, targets, ignore_index, &n_valid))
+    if (!check_cross_entropy(name, tape, logits, targets) || !check_targets(name, logits, targets, ignore_index))
         return NULL;
     tg_tape_mark mark = tg_tape_get_mark(tape);
     tg_tensor *loss = tg_empty(tape, logits->dtype, logits->device, 1, (int64_t[]){1});
-    if (!loss || TG_DISPATCH(name, ce_fwd, logits->device, logits, targets, ignore_index, n_valid, loss) != TG_OK)
+    tg_tensor *count = loss ? tg_empty(tape, TG_F64, logits->device, 1, (int64_t[]){1}) : NULL;
+    if (!count || TG_DISPATCH(name, ce_fwd, logits->device, logits, targets, ignore_index, loss, count) != TG_OK)
         return tg_op_fail(tape, mark);
-    cross_entropy_ctx ctx = {ignore_index, n_valid};
+    cross_entropy_ctx ctx = {ignore_index, count};
     tg_tensor *inputs[2] = {logits, targets};
     tg_op_record record = {name, cross_entropy_backward, inputs, 2, &loss, 1, &ctx, sizeof ctx};
     if (tg_record(tape, &record) != TG_OK) return tg_op_fail(tape, mark);
     return loss;
+}
+
+tg_tensor *tg_count_correct(tg_tape *tape, tg_tensor *logits, tg_tensor *targets, int32_t ignore_index)
+{
+    const char *name = "tg_count_correct";
+    if (!check_cross_entropy(name, tape, logits, targets)) return NULL;
+    tg_tape_mark mark = tg_tape_get_mark(tape);
+    tg_tensor *counts = tg_zeros(tape, TG_F64, logits->device, 1, (int64_t[]){2});
+    if (!counts || TG_DISPATCH(name, count_correct, logits->device, logits, targets, ignore_index, counts) != TG_OK)
+        return tg_op_fail(tape, mark);
+    return counts;
 }

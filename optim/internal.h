@@ -22,7 +22,8 @@ typedef struct {
 int tg_optim_buffers(const tg_optim *opt, tg_optim_buffer *out);
 tg_params *tg_optim_params(const tg_optim *opt);
 const char *tg_optim_kind_name(tg_optim_kind kind);
-void tg_optim_set_step_count(tg_optim *opt, int64_t step);
+/* Sets the step counter (on CUDA, the device's: a copy that waits). */
+tg_status tg_optim_set_step_count(tg_optim *opt, int64_t step);
 /* Whether the store still has the parameters the optimizer was made for. */
 bool tg_optim_matches_store(const char *op, const tg_optim *opt);
 

@@ -4,8 +4,14 @@
  * flat and laid out like the store, so parameter i's state sits at the same offset as its
  * data. A step measures the gradient norm when clipping is on (one read of the gradients),
  * folds 1/micro-batches and the clip factor into one gradient scale, and runs one fused
- * update over all parameters: one kernel launch on CUDA. Groups reach the kernel as a table
- * of short ranges, each of one group (kernels/optim.h), rebuilt only when a group changes. */
+ * update over all parameters. Groups reach the kernel as a table of short ranges, each of
+ * one group (kernels/optim.h), rebuilt only when a group changes.
+ *
+ * The scalars (configuration, step counter, the step's learning rates and clip factor) are
+ * a tg_optim_scalars. On the CPU the host's copy is the one; on CUDA the device's copy is,
+ * and the step works out its values there (two launches, no waiting), so that a captured
+ * CUDA graph of a step replays with each step's own values. The host writes the device's
+ * configuration when it changes, and reads the counters when asked for them. */
 #define _POSIX_C_SOURCE 200809L /* fnmatch */
 #include "optim/internal.h"
 
@@ -13,6 +19,7 @@
 
 #include <fnmatch.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,8 +47,9 @@ struct tg_optim {
     int64_t n_ranges;
     size_t ranges_bytes;
     bool ranges_stale;
-    int64_t step;
-    double last_grad_norm;
+    tg_optim_scalars scalars;        /* the CPU's; on CUDA the configuration's host copy */
+    tg_optim_scalars *device_scalars; /* CUDA: the scalars the steps keep */
+    double *partials;                /* CUDA: scratch for the gradient norm's partial sums */
 };
 
 tg_optim_config tg_adamw_config(double lr)
@@ -135,6 +143,53 @@ static bool make_state(tg_optim *opt)
     return tg_optim_sync_master(opt) == TG_OK;
 }
 
+/* The configuration part of the scalars, from the config and the groups. */
+static void fill_configuration(tg_optim *opt)
+{
+    tg_optim_scalars *s = &opt->scalars;
+    s->base_lr = opt->config.lr;
+    s->beta1 = opt->config.beta1;
+    s->beta2 = opt->config.beta2;
+    s->max_grad_norm = opt->config.max_grad_norm;
+    s->schedule = opt->config.schedule;
+    for (int g = 0; g < TG_OPTIM_MAX_GROUPS; g++) {
+        s->lr_scale[g] = g < opt->n_groups ? opt->groups[g].lr_scale : 0.0;
+        s->weight_decay[g] = g < opt->n_groups ? opt->groups[g].weight_decay : 0.0;
+    }
+}
+
+/* Brings the configuration up to date wherever the steps read it (on CUDA: a copy to the
+ * device, which waits; never during a capture). */
+static tg_status publish_configuration(tg_optim *opt)
+{
+    fill_configuration(opt);
+    if (!opt->device_scalars) return TG_OK;
+    return tg_device_memcpy(opt->device_scalars, &opt->scalars, offsetof(tg_optim_scalars, step),
+                            TG_COPY_HOST_TO_DEVICE);
+}
+
+/* The counters as the steps left them (on CUDA: copied from the device, which waits). */
+static tg_optim_scalars counters(const tg_optim *opt)
+{
+    tg_optim_scalars s = opt->scalars;
+    if (opt->device_scalars &&
+        tg_device_memcpy(&s, opt->device_scalars, sizeof s, TG_COPY_DEVICE_TO_HOST) != TG_OK) {
+        s.step = -1, s.skipped = -1, s.last_norm = NAN;
+    }
+    return s;
+}
+
+/* The device's scalars and norm scratch, for a CUDA store. */
+static bool make_device_scalars(tg_optim *opt)
+{
+    if (opt->device == TG_DEVICE_CPU) return true;
+    if (tg_device_alloc(opt->device, sizeof(tg_optim_scalars), (void **)&opt->device_scalars) != TG_OK ||
+        tg_device_alloc(opt->device, TG_OPTIM_NORM_BLOCKS * sizeof(double), (void **)&opt->partials) != TG_OK)
+        return false;
+    fill_configuration(opt);
+    return tg_device_memcpy(opt->device_scalars, &opt->scalars, sizeof opt->scalars, TG_COPY_HOST_TO_DEVICE) == TG_OK;
+}
+
 tg_optim *tg_optim_create(tg_params *params, const tg_optim_config *config)
 {
     const char *op = "tg_optim_create";
@@ -168,8 +223,9 @@ tg_optim *tg_optim_create(tg_params *params, const tg_optim_config *config)
         opt->group_of[i] = tg_optim_default_no_decay(tg_params_get(params, i)->name) ? TG_OPTIM_GROUP_NO_DECAY
                                                                                      : TG_OPTIM_GROUP_DECAY;
     opt->ranges_stale = true;
-    opt->last_grad_norm = NAN;
-    if (!make_state(opt)) {
+    opt->scalars.last_norm = NAN;
+    fill_configuration(opt);
+    if (!make_state(opt) || !make_device_scalars(opt)) {
         char message[1024];
         snprintf(message, sizeof message, "%s", tg_last_error());
         tg_optim_free(opt);
@@ -187,6 +243,8 @@ void tg_optim_free(tg_optim *opt)
         tg_device_free(opt->device, opt->state[k], (size_t)opt->numel * tg_dtype_size(opt->state_dtype));
     tg_device_free(opt->device, opt->master, (size_t)opt->numel * sizeof(float));
     tg_device_free(opt->device, opt->ranges, opt->ranges_bytes);
+    tg_device_free(opt->device, opt->device_scalars, sizeof(tg_optim_scalars));
+    tg_device_free(opt->device, opt->partials, TG_OPTIM_NORM_BLOCKS * sizeof(double));
     free(opt->group_of);
     free(opt);
 }
@@ -258,12 +316,27 @@ static tg_status build_ranges(tg_optim *opt)
     return TG_OK;
 }
 
-static tg_status grad_norm(const char *op, tg_device device, const void *grad, tg_dtype dtype, int64_t n, double *norm)
+/* The step's scalars: on the CPU here and now; on CUDA queued on the device. On the CPU a
+ * skipped step is also an error, since the host knows it at once. */
+static tg_status prepare_step(const char *op, tg_optim *opt, int micro_batches)
 {
+    const bool clip = opt->config.max_grad_norm > 0;
+    const void *grad = tg_params_grad(opt->params);
+    if (opt->device_scalars) {
+#ifdef TG_HAVE_CUDA
+        return tg_cuda_optim_prepare(opt->device_scalars, grad, opt->param_dtype, opt->numel, micro_batches, clip,
+                                     opt->n_groups, opt->partials);
+#endif
+    }
     double sum = 0.0;
-    tg_status status = TG_DISPATCH(op, sum_squares, device, grad, dtype, n, &sum);
-    *norm = sqrt(sum);
-    return status;
+    if (clip) {
+        tg_status status = TG_DISPATCH(op, sum_squares, opt->device, grad, opt->param_dtype, opt->numel, &sum);
+        if (status != TG_OK) return status;
+    }
+    tg_optim_prepare(&opt->scalars, sum, micro_batches, clip, false, opt->n_groups);
+    if (!opt->scalars.skip) return TG_OK;
+    return tg_set_error(TG_ERR_STATE, "%s: the gradient norm is %g at step %lld; parameters left unchanged", op,
+                        opt->scalars.last_norm, (long long)opt->scalars.step);
 }
 
 tg_status tg_optim_step(tg_optim *opt, int micro_batches)
@@ -273,52 +346,39 @@ tg_status tg_optim_step(tg_optim *opt, int micro_batches)
     if (micro_batches < 1) return tg_set_error(TG_ERR_INVALID, "%s: micro_batches must be >= 1, not %d", op, micro_batches);
     if (!tg_optim_matches_store(op, opt)) return TG_ERR_STATE;
     const tg_optim_config *c = &opt->config;
-    double grad_scale = 1.0 / micro_batches;
     tg_status status = TG_OK;
-    opt->last_grad_norm = NAN;
-    if (c->max_grad_norm > 0) {
-        double norm;
-        status = grad_norm(op, opt->device, tg_params_grad(opt->params), opt->param_dtype, opt->numel, &norm);
-        if (status != TG_OK) return status;
-        norm *= grad_scale;
-        opt->last_grad_norm = norm;
-        if (!isfinite(norm))
-            return tg_set_error(TG_ERR_STATE, "%s: the gradient norm is %g at step %lld; parameters left unchanged", op,
-                                norm, (long long)opt->step);
-        if (norm > c->max_grad_norm) grad_scale *= c->max_grad_norm / norm;
-    }
     if (opt->ranges_stale && (status = build_ranges(opt)) != TG_OK) return status;
-    double lr = tg_optim_lr(opt);
+    if ((status = prepare_step(op, opt, micro_batches)) != TG_OK) return status;
     tg_optim_update u = {
         .param = tg_params_data(opt->params), .grad = tg_params_grad(opt->params), .master = opt->master,
         .state0 = opt->state[0], .state1 = opt->state[1], .param_dtype = opt->param_dtype,
-        .state_dtype = opt->state_dtype, .ranges = opt->ranges, .n_ranges = opt->n_ranges, .grad_scale = grad_scale,
-        .beta1 = c->beta1, .beta2 = c->beta2, .eps = c->eps, .momentum = c->momentum, .nesterov = c->nesterov};
-    for (int g = 0; g < opt->n_groups; g++) {
-        u.groups.lr[g] = lr * opt->groups[g].lr_scale;
-        u.groups.weight_decay[g] = opt->groups[g].weight_decay;
-    }
-    /* t = step + 1 */
-    u.bias_correction1 = 1.0 - pow(c->beta1, (double)(opt->step + 1));
-    u.bias_correction2 = 1.0 - pow(c->beta2, (double)(opt->step + 1));
+        .state_dtype = opt->state_dtype, .ranges = opt->ranges, .n_ranges = opt->n_ranges,
+        .scalars = opt->device_scalars ? opt->device_scalars : &opt->scalars, .eps = c->eps,
+        .momentum = c->momentum, .nesterov = c->nesterov};
     const tg_optim_update_kernel *table = c->kind == TG_OPTIM_ADAMW ? adamw_update : sgd_update;
-    status = TG_DISPATCH(op, table, opt->device, &u);
-    if (status == TG_OK) opt->step++;
-    return status;
+    return TG_DISPATCH(op, table, opt->device, &u);
 }
 
 /* ---- accessors ---------------------------------------------------------------------------- */
 
-int64_t tg_optim_step_count(const tg_optim *opt) { return opt ? opt->step : 0; }
+int64_t tg_optim_step_count(const tg_optim *opt) { return opt ? counters(opt).step : 0; }
 
-void tg_optim_set_step_count(tg_optim *opt, int64_t step) { opt->step = step; }
+int64_t tg_optim_skipped_steps(const tg_optim *opt) { return opt ? counters(opt).skipped : 0; }
+
+tg_status tg_optim_set_step_count(tg_optim *opt, int64_t step)
+{
+    opt->scalars.step = step;
+    if (!opt->device_scalars) return TG_OK;
+    return tg_device_memcpy((char *)opt->device_scalars + offsetof(tg_optim_scalars, step), &step, sizeof step,
+                            TG_COPY_HOST_TO_DEVICE);
+}
 
 double tg_optim_lr(const tg_optim *opt)
 {
-    return opt ? opt->config.lr * tg_schedule_factor(&opt->config.schedule, opt->step) : NAN;
+    return opt ? opt->config.lr * tg_schedule_factor(&opt->config.schedule, counters(opt).step) : NAN;
 }
 
-double tg_optim_last_grad_norm(const tg_optim *opt) { return opt ? opt->last_grad_norm : NAN; }
+double tg_optim_last_grad_norm(const tg_optim *opt) { return opt ? counters(opt).last_norm : NAN; }
 
 const tg_optim_config *tg_optim_get_config(const tg_optim *opt) { return opt ? &opt->config : NULL; }
 
@@ -329,7 +389,7 @@ tg_status tg_optim_set_lr(tg_optim *opt, double lr)
     if (!opt) return tg_set_error(TG_ERR_INVALID, "tg_optim_set_lr: opt is NULL");
     if (!(lr >= 0) || !isfinite(lr)) return tg_set_error(TG_ERR_INVALID, "tg_optim_set_lr: lr must be finite and >= 0, not %g", lr);
     opt->config.lr = lr;
-    return TG_OK;
+    return publish_configuration(opt);
 }
 
 tg_status tg_optim_sync_master(tg_optim *opt)
@@ -378,7 +438,8 @@ int tg_optim_add_group(tg_optim *opt, tg_optim_group group)
         return -1;
     }
     opt->groups[opt->n_groups] = group;
-    return opt->n_groups++;
+    int index = opt->n_groups++;
+    return publish_configuration(opt) == TG_OK ? index : -1;
 }
 
 static bool check_index(const char *op, const tg_optim *opt, int index)
@@ -397,7 +458,7 @@ tg_status tg_optim_set_group(tg_optim *opt, int index, tg_optim_group group)
     const char *op = "tg_optim_set_group";
     if (!check_index(op, opt, index) || !check_group(op, group)) return TG_ERR_INVALID;
     opt->groups[index] = group;
-    return TG_OK;
+    return publish_configuration(opt);
 }
 
 tg_status tg_optim_get_group(const tg_optim *opt, int index, tg_optim_group *group)

@@ -4,7 +4,7 @@
  * parameters, and reaches 1 at step W − 1. The cosine starts at 1 at step W (its first
  * value equals the warm-up's last) and reaches the floor at step T. */
 #include "core/internal.h"
-#include "tapegrad/optim.h"
+#include "kernels/optim.h"
 
 #include <math.h>
 
@@ -19,9 +19,5 @@ static bool schedule_valid(const tg_schedule *s)
 double tg_schedule_factor(const tg_schedule *s, int64_t step)
 {
     if (!s || !schedule_valid(s) || step < 0) return NAN;
-    if (step < s->warmup_steps) return (double)(step + 1) / (double)s->warmup_steps;
-    if (s->kind == TG_SCHEDULE_CONSTANT) return 1.0;
-    if (step >= s->total_steps) return s->min_factor;
-    double progress = (double)(step - s->warmup_steps) / (double)(s->total_steps - s->warmup_steps);
-    return s->min_factor + (1.0 - s->min_factor) * 0.5 * (1.0 + cos(3.14159265358979323846 * progress));
+    return tg_schedule_factor_at(s, step); /* the formula the device's steps use too (kernels/optim.h) */
 }

@@ -156,3 +156,21 @@ Test(cuda_cross_entropy, mixed_devices_fail_cleanly)
     for (int64_t i = 0; i < 15; i++) cr_assert_eq(tg_get_flat(host_grad, i), 0.0);
     tg_tape_free(tape);
 }
+
+Test(cuda_count_correct, counts_equal_the_cpus)
+{
+    tt_require_cuda();
+    const tg_dtype dtypes[2] = {TG_F32, TG_BF16};
+    for (int round = 0; round < 12; round++) {
+        tg_tape *tape = tg_tape_create();
+        const int64_t shape[3] = {tt_randint(1, 5), tt_randint(1, 300), tt_randint(1, 100)};
+        tg_tensor *logits = cu_input(tape, dtypes[round % 2], 3, shape, round % 3 == 0, false);
+        for (int64_t i = 0; i < tg_numel(logits); i += tt_randint(1, 7)) tg_set_flat(logits, i, 0.75); /* ties */
+        tg_tensor *targets = lc_random_targets(tape, 2, shape, (int32_t)shape[2], round % 4 == 1, IGNORE, 0.3);
+        tg_tensor *hits = tg_count_correct(tape, logits, targets, IGNORE);
+        tg_tensor *chits = tg_count_correct(tape, tt_cuda_twin(tape, logits, true), tt_cuda_twin(tape, targets, true),
+                                            IGNORE);
+        cu_assert_equal(tape, "tg_count_correct", chits, hits);
+        tg_tape_free(tape);
+    }
+}

@@ -263,3 +263,61 @@ Test(cross_entropy, bad_inputs_fail_cleanly)
     for (int64_t i = 0; i < 30; i++) cr_assert_eq(tg_get_flat(logits->grad, i), 0.0);
     tg_tape_free(tape);
 }
+
+/* ---- the arg-max's hits ---------------------------------------------------------------------- */
+
+/* [correct, scored] by a plain loop over the rows: the first index of the largest non-NaN logit. */
+static void naive_hits(const tg_tensor *logits, const tg_tensor *targets, int32_t ignore_index, double *hits)
+{
+    int64_t v = logits->shape[logits->ndim - 1], rows = tg_numel(logits) / v;
+    hits[0] = hits[1] = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        int32_t t = (int32_t)tg_get_flat(targets, r);
+        if (t == ignore_index) continue;
+        int64_t best = -1;
+        for (int64_t j = 0; j < v; j++) {
+            double x = tg_get_flat(logits, r * v + j);
+            if (!isnan(x) && (best < 0 || x > tg_get_flat(logits, r * v + best))) best = j;
+        }
+        hits[1] += 1;
+        hits[0] += best == t;
+    }
+}
+
+Test(count_correct, matches_a_plain_loop_with_ties_nans_and_ignored_rows)
+{
+    for (int round = 0; round < 20; round++) {
+        tg_tape *tape = tg_tape_create();
+        const int64_t shape[3] = {tt_randint(1, 4), tt_randint(1, 9), tt_randint(1, 12)};
+        tg_tensor *logits = tt_randn(tape, TG_F32, 3, shape);
+        for (int64_t i = 0; i < tg_numel(logits); i++) { /* ties and NaNs, where an arg-max can go wrong */
+            int64_t kind = tt_randint(0, 9);
+            if (kind == 0) tg_set_flat(logits, i, 1.5);
+            else if (kind == 1) tg_set_flat(logits, i, NAN);
+        }
+        tg_tensor *targets = lc_random_targets(tape, 2, shape, (int32_t)shape[2], round % 2 == 1, -100, 0.2);
+        /* a few "right" rows for sure: the target is the first largest */
+        double expected[2];
+        naive_hits(logits, targets, -100, expected);
+        tg_tensor *hits = tg_count_correct(tape, logits, targets, -100);
+        cr_assert(hits, "%s", tg_last_error());
+        cr_assert(hits->dtype == TG_F64 && hits->ndim == 1 && hits->shape[0] == 2);
+        cr_assert(tg_get_flat(hits, 0) == expected[0] && tg_get_flat(hits, 1) == expected[1],
+                  "got %g of %g, expected %g of %g (seed %llu)", tg_get_flat(hits, 0), tg_get_flat(hits, 1),
+                  expected[0], expected[1], (unsigned long long)tt_seed());
+        cr_assert_eq(tg_tape_node_count(tape), 0, "the count is not recorded");
+        tg_tape_free(tape);
+    }
+}
+
+Test(count_correct, bad_inputs_fail_cleanly)
+{
+    tg_tape *tape = tg_tape_create();
+    tg_tensor *logits = tt_leaf(tape, TG_F32, 2, (int64_t[]){3, 4});
+    tg_tensor *wrong_shape = tt_ids(tape, 1, (int64_t[]){2}, 4);
+    tt_state s = tt_snapshot(tape);
+    tt_assert_failed_with(&s, tg_count_correct(tape, logits, wrong_shape, -100), "tg_count_correct", "leading shape",
+                          NULL);
+    tt_assert_failed_with(&s, tg_count_correct(tape, logits, NULL, -100), "tg_count_correct", "NULL", NULL);
+    tg_tape_free(tape);
+}

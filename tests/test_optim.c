@@ -270,6 +270,7 @@ Test(optim, non_finite_gradient_norm_stops_the_step)
     oc_get(params, after, false);
     cr_assert(memcmp(before, after, (size_t)n * sizeof *after) == 0);
     cr_assert_eq(tg_optim_step_count(opt), 0);
+    cr_assert_eq(tg_optim_skipped_steps(opt), 1, "the step is counted as skipped");
     free(grad), free(before), free(after);
     tg_optim_free(opt);
     tg_params_free(params);

@@ -90,6 +90,12 @@ tg_tensor *tg_cross_entropy(tg_tape *tape, tg_tensor *logits, tg_tensor *targets
  * tensor, stride 1 along C) or any other strides. weight: (C, K), K ≥ 1.
  *   out[b,c,t] = act(bias[c] + Σ_k weight[c,k] · xe[b,c,t+k]),
  * where xe is x with K−1 steps of history in front: initial_states (B, C, K−1) when
+/* How many rows the arg-max of logits gets right: a (2) f64 tensor holding [correct,
+ * scored] over the rows whose target is not ignore_index. The arg-max is the first index
+ * of the largest logit (a NaN never counts as the largest); a target outside [0, V) is
+ * never right. Not recorded (no gradient). It stays where the logits are: on CUDA reading
+ * it is the only wait, and a training loop can leave it on the device for a while. */
+tg_tensor *tg_count_correct(tg_tape *tape, tg_tensor *logits, tg_tensor *targets, int32_t ignore_index);
  * given, else zeros. The output has x's layout. final_states (B, C, K−1), when asked
  * for, are the last K−1 steps of xe: feed them as the next piece's initial_states.
  * Gradients flow to x, weight, bias and initial_states (and from final_states). */

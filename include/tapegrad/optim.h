@@ -91,17 +91,31 @@ void tg_optim_free(tg_optim *opt);
  * backward calls (each of a micro-batch mean): the step uses gradients / micro_batches,
  * so n micro-batches of m examples equal one batch of n·m. Clipping (when configured)
  * applies to that mean. Scaling, clipping and the update are one pass; the gradients
- * are not modified. Fails, changing nothing, when the clipped norm is not finite. */
+ * are not modified.
+ *
+ * A step whose clipped norm is not finite changes nothing (parameters, state, step count)
+ * and is counted as skipped. On a CUDA store the step never waits for the device: the
+ * norm, the clip factor, the learning rate of the schedule and the decision to skip are
+ * worked out on the device, so the call returns TG_OK and tg_optim_skipped_steps tells
+ * afterwards; this is what lets a whole training step be one CUDA graph (tapegrad/graph.h).
+ * On the CPU the call also fails with TG_ERR_STATE, naming the norm. */
 tg_status tg_optim_step(tg_optim *opt, int micro_batches);
 
-/* Steps taken so far (the next step's 0-based schedule index). */
+/* Steps taken so far (the next step's 0-based schedule index). On CUDA these accessors read
+ * the device's counters, so they wait for the queued work. */
 int64_t tg_optim_step_count(const tg_optim *opt);
+/* Steps that changed nothing: a clipped norm that was not finite, or (in a captured CUDA
+ * step) a bad input that the device found (tg_device_check_errors names it). */
+int64_t tg_optim_skipped_steps(const tg_optim *opt);
 /* The base learning rate times the schedule factor of the next step. */
 double tg_optim_lr(const tg_optim *opt);
 /* The gradient norm the last step measured (before clipping; NaN when not measured). */
 double tg_optim_last_grad_norm(const tg_optim *opt);
 const tg_optim_config *tg_optim_get_config(const tg_optim *opt);
-/* Changes the base learning rate (and nothing else) from the next step on. */
+/* Changes the base learning rate (and nothing else) from the next step on. This and the
+ * group setters below update the device's copy of the configuration (a copy that waits),
+ * so call them outside a CUDA graph capture; a graph captured before reads the new values
+ * when it next runs. */
 tg_status tg_optim_set_lr(tg_optim *opt, double lr);
 /* Takes the master copy again from the store (bf16/f16 stores; a no-op otherwise): after
  * parameters were changed by other means than the optimizer or tg_checkpoint_load. */

@@ -24,17 +24,19 @@ static inline void store_param(const tg_optim_update *u, int64_t i, double p)
  * p ← p − lr · (m / (1 − β1^t)) / (√(v / (1 − β2^t)) + eps) */
 tg_status tg_cpu_adamw(const tg_optim_update *u)
 {
+    const tg_optim_scalars *s = u->scalars;
+    if (s->skip) return TG_OK;
     for (int64_t r = 0; r < u->n_ranges; r++) {
         const tg_optim_range range = u->ranges[r];
-        const double lr = u->groups.lr[range.group], decay = 1.0 - lr * u->groups.weight_decay[range.group];
+        const double lr = s->lr[range.group], decay = 1.0 - lr * s->weight_decay[range.group];
         for (int64_t i = range.begin; i < range.begin + range.length; i++) {
-            double g = u->grad_scale * tg_load(u->grad, u->param_dtype, i);
-            double m = u->beta1 * tg_load(u->state0, u->state_dtype, i) + (1.0 - u->beta1) * g;
-            double v = u->beta2 * tg_load(u->state1, u->state_dtype, i) + (1.0 - u->beta2) * g * g;
+            double g = s->grad_scale * tg_load(u->grad, u->param_dtype, i);
+            double m = s->beta1 * tg_load(u->state0, u->state_dtype, i) + (1.0 - s->beta1) * g;
+            double v = s->beta2 * tg_load(u->state1, u->state_dtype, i) + (1.0 - s->beta2) * g * g;
             tg_store(u->state0, u->state_dtype, i, m);
             tg_store(u->state1, u->state_dtype, i, v);
             double p = load_param(u, i) * decay;
-            p -= lr * (m / u->bias_correction1) / (sqrt(v / u->bias_correction2) + u->eps);
+            p -= lr * (m / s->bias_correction1) / (sqrt(v / s->bias_correction2) + u->eps);
             store_param(u, i, p);
         }
     }
@@ -44,12 +46,14 @@ tg_status tg_cpu_adamw(const tg_optim_update *u)
 /* g ← grad + wd·p; buf ← μ·buf + g; p ← p − lr·(nesterov ? g + μ·buf : buf) (buf = g when μ = 0) */
 tg_status tg_cpu_sgd(const tg_optim_update *u)
 {
+    const tg_optim_scalars *s = u->scalars;
+    if (s->skip) return TG_OK;
     for (int64_t r = 0; r < u->n_ranges; r++) {
         const tg_optim_range range = u->ranges[r];
-        const double lr = u->groups.lr[range.group], wd = u->groups.weight_decay[range.group];
+        const double lr = s->lr[range.group], wd = s->weight_decay[range.group];
         for (int64_t i = range.begin; i < range.begin + range.length; i++) {
             double p = load_param(u, i);
-            double g = u->grad_scale * tg_load(u->grad, u->param_dtype, i) + wd * p, d = g;
+            double g = s->grad_scale * tg_load(u->grad, u->param_dtype, i) + wd * p, d = g;
             if (u->state0) {
                 double buf = u->momentum * tg_load(u->state0, u->state_dtype, i) + g;
                 tg_store(u->state0, u->state_dtype, i, buf);

@@ -26,6 +26,12 @@ static inline tg_status tg_cuda_check_launch(const char *op)
     return TG_OK;
 }
 
+// The stream of all device work: the calling thread's default stream. The CUDA files are
+// compiled with --default-stream per-thread, so <<<>>> and stream 0 mean it too; library
+// handles (cuBLAS, cuRAND) are given it explicitly. One stream, in order, which a CUDA
+// graph can capture (the legacy default stream cannot be captured).
+static inline cudaStream_t tg_cuda_stream() { return cudaStreamPerThread; }
+
 #define TG_THREADS 256
 
 // Enough blocks for a grid-stride loop over n items, capped so huge n loops instead.
@@ -33,6 +39,15 @@ static inline unsigned tg_blocks_for(int64_t n)
 {
     int64_t blocks = (n + TG_THREADS - 1) / TG_THREADS;
     return (unsigned)(blocks < 65536 ? (blocks > 0 ? blocks : 1) : 65536);
+}
+
+// Records a bad input in the device's record (kernels/cuda_api.h) unless one is there already.
+__device__ inline void tg_record_bad_input(tg_bad_input *record, int kind, int64_t position, int32_t value, int64_t limit)
+{
+    if (atomicCAS(&record->kind, TG_BAD_INPUT_NONE, kind) != TG_BAD_INPUT_NONE) return;
+    record->value = value;
+    record->position = position;
+    record->limit = limit;
 }
 
 __device__ inline int64_t tg_global_index() { return (int64_t)blockIdx.x * blockDim.x + threadIdx.x; }

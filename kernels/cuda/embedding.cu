@@ -1,6 +1,10 @@
 // kernels/cuda/embedding.cu: the id check, the row gather and the table gradient on the
 // device.
 //
+// The id check waits for its answer, except during a capture (tapegrad/graph.h), where it
+// records a bad id on the device instead; the gather then reads zeros for it and the
+// gradient leaves its row of dy out, so that no kernel reads or writes outside the table.
+//
 // The gradient is a scatter-add done without atomics, so it is the same on every run:
 // the ids are sorted together with their dy rows (a stable radix sort, so equal ids keep
 // their positions in increasing order) and each id's run of rows is summed in double, in
@@ -13,6 +17,7 @@
 #include <cub/device/device_scan.cuh>
 
 #include <limits.h>
+#include <stdint.h>
 
 // ---- the id check ----------------------------------------------------------------------------
 
@@ -26,6 +31,18 @@ __global__ void find_bad_id_kernel(tg_strided<1> ids, int64_t vocab, int64_t n, 
         tg_strided_offsets(ids, p, &at);
         int64_t id = values[at];
         if (id < 0 || id >= vocab) atomicMin(first_bad, (unsigned long long)p);
+    }
+}
+
+// Every id outside [0, vocab) goes to the record of bad inputs (the first one stays).
+__global__ void record_bad_ids_kernel(tg_strided<1> ids, int64_t vocab, int64_t n, tg_bad_input *record)
+{
+    const int32_t *values = (const int32_t *)ids.data[0];
+    for (int64_t p = tg_global_index(); p < n; p += tg_global_stride()) {
+        int64_t at;
+        tg_strided_offsets(ids, p, &at);
+        int32_t id = values[at];
+        if (id < 0 || id >= vocab) tg_record_bad_input(record, TG_BAD_EMBEDDING_ID, p, id, vocab);
     }
 }
 
@@ -54,6 +71,12 @@ extern "C" tg_status tg_cuda_embedding_find_bad_id(const tg_tensor *ids, int64_t
     *bad_position = -1;
     int64_t n = tg_numel(ids);
     if (n == 0) return TG_OK;
+    if (tg_cuda_capturing()) { // no waiting in a capture: the device keeps the answer
+        tg_bad_input *record = tg_cuda_bad_input_record();
+        if (!record) return TG_ERR_DEVICE;
+        record_bad_ids_kernel<<<tg_blocks_for(n), TG_THREADS>>>(ids_plan(ids), vocab, n, record);
+        return tg_cuda_check_launch("tg_embedding");
+    }
     unsigned long long none = ULLONG_MAX, first = ULLONG_MAX, *device_first = NULL;
     tg_status status = tg_device_alloc(TG_DEVICE_CUDA, sizeof first, (void **)&device_first);
     if (status != TG_OK) return status;
@@ -78,24 +101,26 @@ extern "C" tg_status tg_cuda_embedding_find_bad_id(const tg_tensor *ids, int64_t
 
 // out[p, d] = table[ids[p], d], one thread per element of out. Plan operands over ids'
 // shape: (ids, out's leading dimensions). The rows are copied as raw words W of the
-// dtype's size (table and out share a dtype).
+// dtype's size (table and out share a dtype); an id outside the table (possible only in a
+// captured step, which records it) reads zeros.
 template <typename W>
-__global__ void gather_rows(tg_strided<2> rows, const W *table, int64_t table_row_step, int64_t table_step,
-                            int64_t out_step, int64_t dim, int64_t n)
+__global__ void gather_rows(tg_strided<2> rows, const W *table, int64_t table_rows, int64_t table_row_step,
+                            int64_t table_step, int64_t out_step, int64_t dim, int64_t n)
 {
     const int32_t *ids = (const int32_t *)rows.data[0];
     W *out = (W *)rows.data[1];
     for (int64_t e = tg_global_index(); e < n; e += tg_global_stride()) {
         int64_t p = e / dim, d = e - p * dim, at[2];
         tg_strided_offsets(rows, p, at);
-        out[at[1] + d * out_step] = table[ids[at[0]] * table_row_step + d * table_step];
+        int64_t id = ids[at[0]];
+        out[at[1] + d * out_step] = id >= 0 && id < table_rows ? table[id * table_row_step + d * table_step] : W(0);
     }
 }
 
 template <typename W>
 static void launch_gather(const tg_strided<2> &rows, const tg_tensor *table, const tg_tensor *out, int64_t n)
 {
-    gather_rows<W><<<tg_blocks_for(n), TG_THREADS>>>(rows, (const W *)tg_bytes(table), table->strides[0],
+    gather_rows<W><<<tg_blocks_for(n), TG_THREADS>>>(rows, (const W *)tg_bytes(table), table->shape[0], table->strides[0],
                                                      table->strides[1], out->strides[out->ndim - 1],
                                                      table->shape[1], n);
 }
@@ -129,15 +154,21 @@ extern "C" tg_status tg_cuda_embedding_fwd(const tg_tensor *table, const tg_tens
 
 static const int64_t CHUNK = TG_EMBEDDING_GRAD_CHUNK;
 
-// keys[p] = ids[p] (checked to lie in [0, V)) and rows[p] = dy's element offset of row p,
-// for the row-major positions p. Plan operands over ids' shape: (ids, dy's leading dimensions).
-__global__ void gather_keys(tg_strided<2> plan, uint32_t *keys, int64_t *rows, int64_t n)
+// keys[p] = ids[p] and rows[p] = dy's element offset of row p, for the row-major positions
+// p. Plan operands over ids' shape: (ids, dy's leading dimensions). An id outside [0, V)
+// (the forward checked them, so they changed since) is recorded as a bad input and gets
+// the key V, which no run of a table row includes.
+__global__ void gather_keys(tg_strided<2> plan, int64_t vocab, uint32_t *keys, int64_t *rows, int64_t n,
+                            tg_bad_input *record)
 {
     const int32_t *values = (const int32_t *)plan.data[0];
     for (int64_t p = tg_global_index(); p < n; p += tg_global_stride()) {
         int64_t at[2];
         tg_strided_offsets(plan, p, at);
-        keys[p] = (uint32_t)values[at[0]];
+        int32_t id = values[at[0]];
+        bool inside = id >= 0 && id < vocab;
+        if (!inside) tg_record_bad_input(record, TG_BAD_EMBEDDING_ID, p, id, vocab);
+        keys[p] = inside ? (uint32_t)id : (uint32_t)vocab;
         rows[p] = at[1];
     }
 }
@@ -337,24 +368,21 @@ static grad_runs runs_of(const grad_scratch &s, const tg_tensor *dy, tg_tensor *
 extern "C" tg_status tg_cuda_embedding_bwd(const tg_tensor *dy, const tg_tensor *ids, tg_tensor *dtable)
 {
     const int64_t n = tg_numel(ids), vocab = dtable->shape[0], dim = dtable->shape[1];
-    if (n == 0) return TG_OK;
-    int64_t bad_position, bad_id;
-    tg_status status = tg_cuda_embedding_find_bad_id(ids, vocab, &bad_position, &bad_id);
-    if (status != TG_OK) return status;
-    if (bad_position >= 0) // the ids changed after the forward checked them
-        return tg_set_error(TG_ERR_INVALID, "tg_embedding backward: id %lld is outside [0, %lld)", (long long)bad_id,
-                            (long long)vocab);
-    if (dim == 0) return TG_OK;
-    int end_bit = 1; // enough key bits for every id below vocab
-    while (end_bit < 32 && ((int64_t)1 << end_bit) < vocab) end_bit++;
+    if (n == 0 || dim == 0) return TG_OK;
+    if (vocab >= UINT32_MAX) return tg_set_error(TG_ERR_INVALID, "tg_embedding backward: %lld rows are too many for "
+                                                                 "32-bit sort keys", (long long)vocab);
+    tg_bad_input *record = tg_cuda_bad_input_record();
+    if (!record) return TG_ERR_DEVICE;
+    int end_bit = 1; // enough key bits for every key up to vocab (the key of a bad id)
+    while (end_bit < 32 && ((int64_t)1 << end_bit) <= vocab) end_bit++;
     grad_scratch scratch;
-    status = alloc_scratch(scratch, n, vocab, dim, end_bit);
+    tg_status status = alloc_scratch(scratch, n, vocab, dim, end_bit);
     if (status != TG_OK) return status;
     const int64_t *strides[2] = {ids->strides, dy->strides}; // dy's leading dimensions are ids' shape
     tg_strided<2> plan = tg_strided_plan<2>(ids->ndim, ids->shape, strides);
     tg_strided_bind(plan, 0, ids);
     tg_strided_bind(plan, 1, dy);
-    gather_keys<<<tg_blocks_for(n), TG_THREADS>>>(plan, scratch.keys_in, scratch.rows_in, n);
+    gather_keys<<<tg_blocks_for(n), TG_THREADS>>>(plan, vocab, scratch.keys_in, scratch.rows_in, n, record);
     status = tg_cuda_check_launch("tg_embedding backward");
     if (status == TG_OK) status = sort_pairs(scratch, n, end_bit, false);
     grad_runs g = runs_of(scratch, dy, dtable, n);

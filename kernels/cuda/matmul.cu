@@ -24,7 +24,11 @@
 #include <cublas_v2.h>
 #include <limits.h>
 
+// It runs on the backend's stream with a workspace of its own, so that a product can be
+// captured into a CUDA graph (cuBLAS would otherwise allocate its workspace during capture).
 // Created on first use and kept for the life of the process (a handle is costly to make).
+static void *cublas_workspace;
+static const size_t cublas_workspace_bytes = (size_t)32 << 20; // what cuBLAS recommends for Hopper
 static cublasHandle_t cublas_handle;
 
 static tg_status cublas_failed(const char *call, cublasStatus_t status)
@@ -39,10 +43,20 @@ static tg_status get_handle(cublasHandle_t *handle)
         cublasStatus_t status = cublasCreate(&created);
         if (status != CUBLAS_STATUS_SUCCESS) return cublas_failed("cublasCreate", status);
         // The default already; set so that f32 products never go through TF32.
+        if (status == CUBLAS_STATUS_SUCCESS) status = cublasSetStream(created, tg_cuda_stream());
+        if (status == CUBLAS_STATUS_SUCCESS && !cublas_workspace &&
+            cudaMalloc(&cublas_workspace, cublas_workspace_bytes) != cudaSuccess) {
+            cudaGetLastError();
+            cublasDestroy(created);
+            return tg_set_error(TG_ERR_NOMEM, "tg_matmul: no CUDA memory for cuBLAS's workspace of %zu bytes",
+                                cublas_workspace_bytes);
+        }
+        if (status == CUBLAS_STATUS_SUCCESS)
+            status = cublasSetWorkspace(created, cublas_workspace, cublas_workspace_bytes);
         status = cublasSetMathMode(created, CUBLAS_DEFAULT_MATH);
         if (status != CUBLAS_STATUS_SUCCESS) {
             cublasDestroy(created);
-            return cublas_failed("cublasSetMathMode", status);
+            return cublas_failed("setting up the cuBLAS handle", status);
         }
         cublas_handle = created;
     }

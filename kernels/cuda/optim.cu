@@ -1,5 +1,11 @@
 // kernels/cuda/optim.cu: the optimizer updates and the gradient-norm helpers on the device.
 //
+// A step is two launches and never waits for the device: the first (with the norm's
+// partial sums before it when clipping) works out the step's scalars on the device from
+// the optimizer's counters (tg_optim_prepare), the second updates every parameter. The
+// update reads its learning rates, gradient scale and bias corrections from the device
+// scalars, and does nothing when the step is skipped.
+//
 // Update: one launch over the whole store. Block b takes ranges b, b + gridDim.x, ... of
 // the group table (kernels/optim.h); a range is at most TG_OPTIM_CHUNK elements of one
 // group, so each block reads its group's learning rate and decay once per range and its
@@ -58,15 +64,17 @@ __device__ inline double product(double a, double b) { return __dmul_rn(a, b); }
 // p ← p − lr · (m / (1 − β1^t)) / (√(v / (1 − β2^t)) + eps)
 template <typename P, typename C> __global__ void adamw_kernel(tg_optim_update u)
 {
+    const tg_optim_scalars *s = u.scalars;
+    if (s->skip) return;
     P *param = (P *)u.param;
     const P *grad = (const P *)u.grad;
     C *m = (C *)u.state0, *v = (C *)u.state1;
-    const C beta1 = (C)u.beta1, beta2 = (C)u.beta2, eps = (C)u.eps, scale = (C)u.grad_scale;
-    const C bc1 = (C)u.bias_correction1, bc2 = (C)u.bias_correction2;
+    const C beta1 = (C)s->beta1, beta2 = (C)s->beta2, eps = (C)u.eps, scale = (C)s->grad_scale;
+    const C bc1 = (C)s->bias_correction1, bc2 = (C)s->bias_correction2;
     for (int64_t r = blockIdx.x; r < u.n_ranges; r += gridDim.x) {
         const tg_optim_range range = u.ranges[r];
-        const C lr = (C)u.groups.lr[range.group];
-        const C decay = (C)(1.0 - u.groups.lr[range.group] * u.groups.weight_decay[range.group]);
+        const C lr = (C)s->lr[range.group];
+        const C decay = (C)(1.0 - s->lr[range.group] * s->weight_decay[range.group]);
         for (int64_t i = range.begin + threadIdx.x; i < range.begin + range.length; i += blockDim.x) {
             const C g = product(scale, (C)widen(grad[i]));
             const C mi = fused(beta1, m[i], product(1 - beta1, g));
@@ -82,13 +90,15 @@ template <typename P, typename C> __global__ void adamw_kernel(tg_optim_update u
 // g ← grad + wd·p; buf ← μ·buf + g; p ← p − lr·(nesterov ? g + μ·buf : buf) (buf = g when μ = 0)
 template <typename P, typename C> __global__ void sgd_kernel(tg_optim_update u)
 {
+    const tg_optim_scalars *s = u.scalars;
+    if (s->skip) return;
     P *param = (P *)u.param;
     const P *grad = (const P *)u.grad;
     C *buffer = (C *)u.state0;
-    const C momentum = (C)u.momentum, scale = (C)u.grad_scale;
+    const C momentum = (C)u.momentum, scale = (C)s->grad_scale;
     for (int64_t r = blockIdx.x; r < u.n_ranges; r += gridDim.x) {
         const tg_optim_range range = u.ranges[r];
-        const C lr = (C)u.groups.lr[range.group], wd = (C)u.groups.weight_decay[range.group];
+        const C lr = (C)s->lr[range.group], wd = (C)s->weight_decay[range.group];
         for (int64_t i = range.begin + threadIdx.x; i < range.begin + range.length; i += blockDim.x) {
             const C p = load_param<P, C>(u, param, i);
             C g = fused(scale, (C)widen(grad[i]), product(wd, p)), d = g;
@@ -140,7 +150,7 @@ extern "C" tg_status tg_cuda_sgd(const tg_optim_update *u) { return u->n_ranges 
 
 // ---- sum of squares ------------------------------------------------------------------------------------------
 
-#define NORM_MAX_BLOCKS 1024
+#define NORM_MAX_BLOCKS TG_OPTIM_NORM_BLOCKS
 #define NORM_PER_THREAD 16
 
 // Adds the block's values in a fixed tree; thread 0 gets the total.
@@ -175,14 +185,22 @@ __global__ void sum_partials(const double *partial, int blocks, double *out)
     if (threadIdx.x == 0) *out = total;
 }
 
+// The blocks of the partial sums, and each block's slice: fixed by n alone.
+static int64_t norm_blocks(int64_t n, int64_t *slice)
+{
+    int64_t per_block = (int64_t)TG_THREADS * NORM_PER_THREAD;
+    int64_t blocks = (n + per_block - 1) / per_block;
+    if (blocks > NORM_MAX_BLOCKS) blocks = NORM_MAX_BLOCKS;
+    if (blocks < 1) blocks = 1;
+    *slice = (n + blocks - 1) / blocks;
+    return blocks;
+}
+
 extern "C" tg_status tg_cuda_sum_squares(const void *x, tg_dtype dtype, int64_t n, double *out)
 {
     *out = 0.0;
     if (n == 0) return TG_OK;
-    int64_t per_block = (int64_t)TG_THREADS * NORM_PER_THREAD;
-    int64_t blocks = (n + per_block - 1) / per_block;
-    if (blocks > NORM_MAX_BLOCKS) blocks = NORM_MAX_BLOCKS;
-    int64_t slice = (n + blocks - 1) / blocks;
+    int64_t slice, blocks = norm_blocks(n, &slice);
     double *scratch = NULL; // blocks partial sums, then the total
     size_t bytes = (size_t)(blocks + 1) * sizeof(double);
     tg_status status = tg_device_alloc(TG_DEVICE_CUDA, bytes, (void **)&scratch);
@@ -196,6 +214,33 @@ extern "C" tg_status tg_cuda_sum_squares(const void *x, tg_dtype dtype, int64_t 
     if (status == TG_OK) status = tg_cuda_memcpy(out, scratch + blocks, sizeof(double), TG_COPY_DEVICE_TO_HOST);
     tg_device_free(TG_DEVICE_CUDA, scratch, bytes);
     return status;
+}
+
+// ---- the step's scalars ----------------------------------------------------------------------------------
+
+// Adds the partial sums (as sum_partials does) and prepares the step in thread 0.
+__global__ void prepare_kernel(tg_optim_scalars *scalars, const double *partial, int blocks, int micro_batches,
+                               bool clip, int n_groups, const tg_bad_input *bad)
+{
+    __shared__ double shared[NORM_MAX_BLOCKS];
+    double total = clip ? block_sum(threadIdx.x < (unsigned)blocks ? partial[threadIdx.x] : 0.0, shared) : 0.0;
+    if (threadIdx.x == 0)
+        tg_optim_prepare(scalars, total, micro_batches, clip, bad->kind != TG_BAD_INPUT_NONE, n_groups);
+}
+
+extern "C" tg_status tg_cuda_optim_prepare(tg_optim_scalars *scalars, const void *grad, tg_dtype dtype, int64_t n,
+                                           int micro_batches, bool clip, int n_groups, double *partials)
+{
+    const tg_bad_input *bad = tg_cuda_bad_input_record();
+    if (!bad) return TG_ERR_DEVICE;
+    int64_t slice = 0, blocks = clip && n > 0 ? norm_blocks(n, &slice) : 0;
+    if (blocks) {
+        sum_squares_partial<<<(unsigned)blocks, TG_THREADS>>>((const char *)grad, (int)dtype, n, slice, partials);
+        tg_status status = tg_cuda_check_launch("tg_optim_step (gradient norm)");
+        if (status != TG_OK) return status;
+    }
+    prepare_kernel<<<1, NORM_MAX_BLOCKS>>>(scalars, partials, (int)blocks, micro_batches, clip, n_groups, bad);
+    return tg_cuda_check_launch("tg_optim_step (scalars)");
 }
 
 // ---- scaling and conversion ------------------------------------------------------------------------------

@@ -28,18 +28,23 @@ extern "C" tg_status tg_cuda_free(void *ptr)
     return TG_OK;
 }
 
+// Copies that involve the host wait for them (the host buffer is ready, or free to reuse,
+// on return); a copy within the device is queued on the stream like a kernel.
 extern "C" tg_status tg_cuda_memcpy(void *dst, const void *src, size_t bytes, tg_copy_direction direction)
 {
-    cudaMemcpyKind kind = direction == TG_COPY_HOST_TO_DEVICE   ? cudaMemcpyHostToDevice
-                          : direction == TG_COPY_DEVICE_TO_HOST ? cudaMemcpyDeviceToHost
-                                                                : cudaMemcpyDeviceToDevice;
-    if (bytes) TG_CUDA_CHECK(cudaMemcpy(dst, src, bytes, kind));
+    if (!bytes) return TG_OK;
+    if (direction == TG_COPY_DEVICE_TO_DEVICE) {
+        TG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, tg_cuda_stream()));
+        return TG_OK;
+    }
+    cudaMemcpyKind kind = direction == TG_COPY_HOST_TO_DEVICE ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
+    TG_CUDA_CHECK(cudaMemcpy(dst, src, bytes, kind));
     return TG_OK;
 }
 
 extern "C" tg_status tg_cuda_memset_zero(void *ptr, size_t bytes)
 {
-    if (bytes) TG_CUDA_CHECK(cudaMemset(ptr, 0, bytes));
+    if (bytes) TG_CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, tg_cuda_stream()));
     return TG_OK;
 }
 
@@ -227,6 +232,7 @@ extern "C" tg_status tg_cuda_fill_random(tg_tensor *t, uint64_t seed, bool norma
     tg_status status = tg_device_alloc(TG_DEVICE_CUDA, count * sizeof(float), (void **)&u);
     if (status != TG_OK) return status;
     TG_CURAND_CHECK(curandCreateGenerator(&generator, CURAND_RNG_PSEUDO_PHILOX4_32_10));
+    TG_CURAND_CHECK(curandSetStream(generator, tg_cuda_stream()));
     TG_CURAND_CHECK(curandSetPseudoRandomGeneratorSeed(generator, seed));
     if (normal)
         TG_CURAND_CHECK(curandGenerateNormal(generator, u, count, 0.0f, 1.0f));
@@ -238,4 +244,92 @@ done:
     if (generator) curandDestroyGenerator(generator);
     tg_device_free(TG_DEVICE_CUDA, u, count * sizeof(float));
     return status;
+}
+
+// ---- stream capture into CUDA graphs ------------------------------------------------------------
+//
+// Relaxed capture: calls that are unsafe while another thread captures (cudaMalloc, say) stay
+// allowed; a call that would wait for the stream (a copy to the host) fails, and with it
+// the capture, which tg_cuda_capture_end then reports.
+
+extern "C" bool tg_cuda_capturing(void)
+{
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(tg_cuda_stream(), &status) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    return status == cudaStreamCaptureStatusActive;
+}
+
+extern "C" tg_status tg_cuda_capture_begin(void)
+{
+    TG_CUDA_CHECK(cudaStreamBeginCapture(tg_cuda_stream(), cudaStreamCaptureModeRelaxed));
+    return TG_OK;
+}
+
+extern "C" tg_status tg_cuda_capture_end(void **exec, size_t *n_nodes)
+{
+    *exec = NULL;
+    *n_nodes = 0;
+    cudaGraph_t graph = NULL;
+    cudaError_t error = cudaStreamEndCapture(tg_cuda_stream(), &graph);
+    if (error != cudaSuccess || !graph) {
+        cudaGetLastError();
+        return tg_set_error(TG_ERR_DEVICE, "the capture failed: %s (a call during it waited for the device, or a "
+                                           "kernel could not be recorded)",
+                            cudaGetErrorString(error == cudaSuccess ? cudaErrorStreamCaptureInvalidated : error));
+    }
+    cudaGraphGetNodes(graph, NULL, n_nodes);
+    cudaGraphExec_t instance = NULL;
+    error = cudaGraphInstantiate(&instance, graph, 0);
+    cudaGraphDestroy(graph);
+    if (error != cudaSuccess) {
+        cudaGetLastError();
+        return tg_set_error(TG_ERR_DEVICE, "cudaGraphInstantiate failed: %s", cudaGetErrorString(error));
+    }
+    *exec = instance;
+    return TG_OK;
+}
+
+extern "C" tg_status tg_cuda_graph_launch(void *exec)
+{
+    TG_CUDA_CHECK(cudaGraphLaunch((cudaGraphExec_t)exec, tg_cuda_stream()));
+    return TG_OK;
+}
+
+extern "C" void tg_cuda_graph_destroy(void *exec)
+{
+    if (exec) cudaGraphExecDestroy((cudaGraphExec_t)exec);
+}
+
+// ---- bad inputs found on the device --------------------------------------------------------------
+
+static tg_bad_input *bad_input_record;
+
+extern "C" tg_bad_input *tg_cuda_bad_input_record(void)
+{
+    if (bad_input_record) return bad_input_record;
+    tg_bad_input none = {};
+    void *record = NULL;
+    cudaError_t error = cudaMalloc(&record, sizeof none);
+    if (error == cudaSuccess) error = cudaMemcpy(record, &none, sizeof none, cudaMemcpyHostToDevice);
+    if (error != cudaSuccess) {
+        cudaGetLastError();
+        if (record) cudaFree(record);
+        tg_set_error(TG_ERR_DEVICE, "no device memory for the record of bad inputs: %s", cudaGetErrorString(error));
+        return NULL;
+    }
+    return bad_input_record = (tg_bad_input *)record;
+}
+
+extern "C" tg_status tg_cuda_take_bad_input(tg_bad_input *out)
+{
+    *out = tg_bad_input{};
+    if (!bad_input_record) return TG_OK; // nothing could have been recorded
+    tg_bad_input none = {};
+    TG_CUDA_CHECK(cudaMemcpy(out, bad_input_record, sizeof *out, cudaMemcpyDeviceToHost));
+    if (out->kind != TG_BAD_INPUT_NONE)
+        TG_CUDA_CHECK(cudaMemcpy(bad_input_record, &none, sizeof none, cudaMemcpyHostToDevice));
+    return TG_OK;
 }
