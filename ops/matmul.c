@@ -23,6 +23,17 @@
 
 static const tg_matmul_kernel matmul_fwd[TG_DEVICE_COUNT] = TG_KERNELS(tg_cpu_matmul, TG_CUDA_KERNEL(tg_cuda_matmul));
 
+static bool tf32_allowed; /* tg_matmul_set_tf32 */
+
+bool tg_matmul_set_tf32(bool enabled)
+{
+    bool previous = tf32_allowed;
+    tf32_allowed = enabled;
+    return previous;
+}
+
+bool tg_matmul_tf32(void) { return tf32_allowed; }
+
 typedef struct {
     bool transpose_a;
     bool transpose_b;

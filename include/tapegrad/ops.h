@@ -39,6 +39,12 @@ tg_tensor *tg_relu(tg_tape *tape, tg_tensor *x);
  * Leading (batch) dimensions must match, or one side has none and is shared by every
  * batch (x @ W for a linear layer). Result: (..., M, N). */
 tg_tensor *tg_matmul(tg_tape *tape, tg_tensor *a, tg_tensor *b, bool transpose_a, bool transpose_b);
+/* Whether f32 products on CUDA may use the TF32 tensor cores: inputs rounded to 10 bits of
+ * mantissa, sums in f32; several times faster, about 1e-3 relative error instead of 1e-6.
+ * Off by default, as in PyTorch. bf16 and f16 products always use the tensor cores (with
+ * f32 sums); the CPU always multiplies in f32. Returns the previous setting. */
+bool tg_matmul_set_tf32(bool enabled);
+bool tg_matmul_tf32(void);
 
 /* ---- reductions (ops/reduce.c) --------------------------------------------------
  * axis may be negative (counted from the end). keepdim keeps a dimension of size 1. */
@@ -84,18 +90,18 @@ tg_tensor *tg_log_softmax(tg_tape *tape, tg_tensor *x);
  * not equal to ignore_index (a loss of 0 when all are ignored). Fused and stable:
  * log-sum-exp with the maximum subtracted; backward is softmax − one_hot. */
 tg_tensor *tg_cross_entropy(tg_tape *tape, tg_tensor *logits, tg_tensor *targets, int32_t ignore_index);
-
-/* ---- causal conv1d (ops/conv1d.c) ---------------------------------------------------
- * x: (B, C, L), channel-first (stride 1 along L) or channel-last (a view of a (B, L, C)
- * tensor, stride 1 along C) or any other strides. weight: (C, K), K ≥ 1.
- *   out[b,c,t] = act(bias[c] + Σ_k weight[c,k] · xe[b,c,t+k]),
- * where xe is x with K−1 steps of history in front: initial_states (B, C, K−1) when
 /* How many rows the arg-max of logits gets right: a (2) f64 tensor holding [correct,
  * scored] over the rows whose target is not ignore_index. The arg-max is the first index
  * of the largest logit (a NaN never counts as the largest); a target outside [0, V) is
  * never right. Not recorded (no gradient). It stays where the logits are: on CUDA reading
  * it is the only wait, and a training loop can leave it on the device for a while. */
 tg_tensor *tg_count_correct(tg_tape *tape, tg_tensor *logits, tg_tensor *targets, int32_t ignore_index);
+
+/* ---- causal conv1d (ops/conv1d.c) ---------------------------------------------------
+ * x: (B, C, L), channel-first (stride 1 along L) or channel-last (a view of a (B, L, C)
+ * tensor, stride 1 along C) or any other strides. weight: (C, K), K ≥ 1.
+ *   out[b,c,t] = act(bias[c] + Σ_k weight[c,k] · xe[b,c,t+k]),
+ * where xe is x with K−1 steps of history in front: initial_states (B, C, K−1) when
  * given, else zeros. The output has x's layout. final_states (B, C, K−1), when asked
  * for, are the last K−1 steps of xe: feed them as the next piece's initial_states.
  * Gradients flow to x, weight, bias and initial_states (and from final_states). */

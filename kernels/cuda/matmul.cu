@@ -6,9 +6,8 @@
 // in row-major order.
 //
 // Precision: f32 uses CUBLAS_COMPUTE_32F in the default math mode, which multiplies in
-// full f32 — no TF32 tensor cores (those need CUBLAS_COMPUTE_32F_FAST_TF32 or the TF32
-// math mode, neither of which is used), so f32 results agree with the CPU's f32 GEMM to
-// rounding. bf16 and f16 are read as stored and accumulated in float
+// full f32 — no TF32 tensor cores — so f32 results agree with the CPU's f32 GEMM to
+// rounding; with tg_matmul_set_tf32(true) it uses CUBLAS_COMPUTE_32F_FAST_TF32 instead. bf16 and f16 are read as stored and accumulated in float
 // (CUBLAS_COMPUTE_32F), the result rounded once to the storage type. f64 uses
 // CUBLAS_COMPUTE_64F.
 //
@@ -24,12 +23,12 @@
 #include <cublas_v2.h>
 #include <limits.h>
 
+// Created on first use and kept for the life of the process (a handle is costly to make).
 // It runs on the backend's stream with a workspace of its own, so that a product can be
 // captured into a CUDA graph (cuBLAS would otherwise allocate its workspace during capture).
-// Created on first use and kept for the life of the process (a handle is costly to make).
+static cublasHandle_t cublas_handle;
 static void *cublas_workspace;
 static const size_t cublas_workspace_bytes = (size_t)32 << 20; // what cuBLAS recommends for Hopper
-static cublasHandle_t cublas_handle;
 
 static tg_status cublas_failed(const char *call, cublasStatus_t status)
 {
@@ -43,6 +42,7 @@ static tg_status get_handle(cublasHandle_t *handle)
         cublasStatus_t status = cublasCreate(&created);
         if (status != CUBLAS_STATUS_SUCCESS) return cublas_failed("cublasCreate", status);
         // The default already; set so that f32 products never go through TF32.
+        status = cublasSetMathMode(created, CUBLAS_DEFAULT_MATH);
         if (status == CUBLAS_STATUS_SUCCESS) status = cublasSetStream(created, tg_cuda_stream());
         if (status == CUBLAS_STATUS_SUCCESS && !cublas_workspace &&
             cudaMalloc(&cublas_workspace, cublas_workspace_bytes) != cudaSuccess) {
@@ -53,7 +53,6 @@ static tg_status get_handle(cublasHandle_t *handle)
         }
         if (status == CUBLAS_STATUS_SUCCESS)
             status = cublasSetWorkspace(created, cublas_workspace, cublas_workspace_bytes);
-        status = cublasSetMathMode(created, CUBLAS_DEFAULT_MATH);
         if (status != CUBLAS_STATUS_SUCCESS) {
             cublasDestroy(created);
             return cublas_failed("setting up the cuBLAS handle", status);
@@ -168,7 +167,7 @@ static tg_status gemm_batches(cublasHandle_t handle, tg_dtype dtype, bool ta, bo
                               int64_t k, int64_t batches, const operand *a, const operand *b, const operand *c)
 {
     cudaDataType_t type = CUDA_R_32F;
-    cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+    cublasComputeType_t compute = dtype == TG_F32 && tg_matmul_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     const float one_f = 1.0f, zero_f = 0.0f;
     const double one_d = 1.0, zero_d = 0.0;
     const void *alpha = &one_f, *beta = &zero_f; // float scalars for CUBLAS_COMPUTE_32F
