@@ -3,6 +3,7 @@
 #define _POSIX_C_SOURCE 200809L /* isatty, fileno, clock_gettime */
 
 #include "train_common.h"
+#include "train_step.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -23,7 +24,7 @@ train_options train_defaults(void)
     return (train_options){
         .steps = 1000, .batch = 16, .seq_len = 128, .layers = 2, .d_model = 64, .d_state = 16,
         .warmup = -1, /* resolved by train_parse: 5% of --steps */
-        .seed = 1, .lr = 1e-3, .weight_decay = 0.0, .device = TG_DEVICE_AUTO, .ckpt_every = 1000,
+        .seed = 1, .lr = 1e-3, .weight_decay = 0.0, .device = TG_DEVICE_AUTO, .ckpt_every = 1000, .graph = 1,
     };
 }
 
@@ -48,6 +49,12 @@ static int all_flags(train_program *program, train_flag *flags)
         {"weight-decay", TRAIN_REAL, &o->weight_decay, "X", "AdamW's decoupled weight decay", 0, 10, TRAIN_RESTORED},
         {"seed", TRAIN_INT, &o->seed, "N", "seeds the parameters, the data and the evaluation", 0, 1e18,
          TRAIN_RESTORED},
+        {"precision", TRAIN_CHOICE, &o->precision, "f32|bf16",
+         "parameters and activations in f32, or bf16 (f32 master copy, f32 sums)", 0, 0, TRAIN_FIXED},
+        {"graph", TRAIN_CHOICE, &o->graph, "off|on", "on a GPU, replay each step as one CUDA graph", 0, 0,
+         TRAIN_RUN_ONLY},
+        {"tf32", TRAIN_CHOICE, &o->tf32, "off|on", "on a GPU, f32 matrix products in TF32 (faster, less exact)", 0, 0,
+         TRAIN_RUN_ONLY},
         {"device", TRAIN_DEVICE, &o->device, "cpu|cuda|auto", "where to train (auto: the GPU when there is one)", 0,
          0, TRAIN_RUN_ONLY},
         {"ckpt", TRAIN_TEXT, &o->ckpt, "PATH", "save a checkpoint here every --ckpt-every steps and at the end", 0,
@@ -83,6 +90,13 @@ static void print_value(const train_flag *f, bool exact, char *buf, size_t size)
         snprintf(buf, size, "%s", d == TG_DEVICE_AUTO ? "auto" : d == TG_DEVICE_CUDA ? "cuda" : "cpu");
         break;
     }
+    case TRAIN_CHOICE: { /* the index-th word of "a|b|c" */
+        const char *word = f->arg;
+        for (int64_t i = *(int64_t *)f->value; i > 0 && strchr(word, '|'); i--) word = strchr(word, '|') + 1;
+        size_t length = strchr(word, '|') ? (size_t)(strchr(word, '|') - word) : strlen(word);
+        snprintf(buf, size, "%.*s", (int)length, word);
+        break;
+    }
     }
 }
 
@@ -97,6 +111,7 @@ static void describe_form(const train_flag *f, char *buf, size_t size)
     case TRAIN_REAL: snprintf(buf, size, "a number from %g to %g", f->min, f->max); break;
     case TRAIN_TEXT: snprintf(buf, size, "a non-empty value"); break;
     case TRAIN_DEVICE: snprintf(buf, size, "cpu, cuda or auto"); break;
+    case TRAIN_CHOICE: snprintf(buf, size, "one of %s", f->arg); break;
     }
 }
 
@@ -129,6 +144,16 @@ static bool parse_value(train_flag *f, const char *text)
         else if (!strcmp(text, "auto")) *(tg_device *)f->value = TG_DEVICE_AUTO;
         else return false;
         return true;
+    case TRAIN_CHOICE: {
+        size_t length = strlen(text);
+        int64_t index = 0;
+        for (const char *word = f->arg; word; word = strchr(word, '|') ? strchr(word, '|') + 1 : NULL, index++)
+            if (!strncmp(word, text, length) && (word[length] == '|' || word[length] == '\0')) {
+                *(int64_t *)f->value = index;
+                return true;
+            }
+        return false;
+    }
     }
     return false;
 }
@@ -305,10 +330,11 @@ struct train_state {
     FILE *csv;
     int n_eval;            /* evaluation columns */
     double eval[MAX_EVAL_COLUMNS];
-    bool eval_recorded;
-    float *logits;         /* host copy of a batch's logits (for the accuracy) */
-    size_t logits_capacity;
-    /* the step just taken */
+    bool eval_recorded;    /* for the step s->step, whose row is not written yet */
+    train_stepper *stepper;
+    int64_t skipped_seen;  /* the optimizer's skipped steps the rows have accounted for */
+    double last_rows;      /* train_seconds() when rows were last written */
+    /* the step whose row is being written */
     double loss, accuracy, lr, step_seconds;
     /* progress */
     bool tty;              /* stderr is a terminal: one line redrawn in place */
@@ -445,9 +471,10 @@ static void print_summary(const train_session *s, int64_t vocab_size)
             (long long)vocab_size, (long long)tg_params_numel(s->params), tg_device_name(s->device));
     fprintf(stderr,
             "training: %lld steps of %lld x %lld tokens, AdamW lr %g (warm-up %lld steps, cosine to %g), "
-            "clipping at %g\n",
+            "clipping at %g, %s%s\n",
             (long long)o->steps, (long long)o->batch, (long long)o->seq_len, o->lr, (long long)o->warmup,
-            o->lr * COSINE_FLOOR, CLIP_NORM);
+            o->lr * COSINE_FLOOR, CLIP_NORM, o->precision == 1 ? "bf16 (f32 master weights)" : "f32",
+            s->device == TG_DEVICE_CUDA && o->graph == 1 ? ", each step one CUDA graph" : "");
     if (o->resume) fprintf(stderr, "resumed from %s at step %lld\n", o->resume, (long long)s->step);
 }
 
@@ -462,6 +489,7 @@ train_session *train_open(const train_program *program, int64_t vocab_size)
         return NULL;
     }
     *s = (train_session){.program = program, .options = o, .state = st, .device = tg_device_resolve(o->device)};
+    tg_matmul_set_tf32(o->tf32 == 1);
     while (program->eval_columns && program->eval_columns[st->n_eval] && st->n_eval < MAX_EVAL_COLUMNS) st->n_eval++;
     st->saved_step = -1;
 
@@ -470,11 +498,12 @@ train_session *train_open(const train_program *program, int64_t vocab_size)
     tg_rng init;
     tg_rng_seed(&init, (uint64_t)o->seed);
     tg_rng_seed(&s->data_rng, (uint64_t)o->seed ^ 0x9E3779B97F4A7C15ull);
-    tg_mamba_config config = {
-        .vocab_size = vocab_size, .d_model = o->d_model, .n_layer = o->layers, .d_state = o->d_state};
+    tg_mamba_config config = {.vocab_size = vocab_size, .d_model = o->d_model, .n_layer = o->layers,
+                              .d_state = o->d_state, .dtype = o->precision == 1 ? TG_BF16 : TG_F32};
     size_t tokens = (size_t)(o->batch * o->seq_len);
     if (!(s->params = tg_params_create(s->device)) || !(s->model = tg_mamba_create(&config, s->params, &init)) ||
         !(s->optim = create_optimizer(s)) || !(s->tape = tg_tape_create()) ||
+        !(st->stepper = train_stepper_create(s, o->graph == 1)) ||
         !(s->inputs = malloc(tokens * sizeof *s->inputs)) || !(s->targets = malloc(tokens * sizeof *s->targets)) ||
         (o->resume && resume(s) != TG_OK) || !(st->config = config_json(program, s, vocab_size))) {
         fprintf(stderr, "%s: %s\n", program->name, tg_last_error()[0] ? tg_last_error() : "out of memory");
@@ -487,7 +516,7 @@ train_session *train_open(const train_program *program, int64_t vocab_size)
     }
     print_summary(s, vocab_size);
     st->tty = isatty(fileno(stderr));
-    st->start = st->last_draw = train_seconds();
+    st->start = st->last_draw = st->last_rows = train_seconds();
     st->first_step = s->step;
     return s;
 }
@@ -497,7 +526,7 @@ void train_free(train_session *s)
     if (!s) return;
     if (s->state) {
         if (s->state->csv) fclose(s->state->csv);
-        free(s->state->logits);
+        train_stepper_free(s->state->stepper);
         cJSON_free(s->state->config);
         free(s->state);
     }
@@ -551,22 +580,6 @@ int train_fail(train_session *s)
 
 bool train_running(const train_session *s) { return s->step < end_step(s); }
 
-/* A host copy of logits (rows × V), in a buffer the session keeps. */
-static float *host_logits(train_session *s, const tg_tensor *logits)
-{
-    struct train_state *st = s->state;
-    size_t n = (size_t)tg_numel(logits);
-    if (n > st->logits_capacity) {
-        float *grown = realloc(st->logits, n * sizeof *grown);
-        if (!grown) {
-            tg_set_error(TG_ERR_NOMEM, "out of host memory for %zu logits", n);
-            return NULL;
-        }
-        st->logits = grown, st->logits_capacity = n;
-    }
-    return tg_copy_to_host(logits, st->logits, TG_F32) == TG_OK ? st->logits : NULL;
-}
-
 int64_t train_argmax(const float *values, int64_t n)
 {
     int64_t best = 0;
@@ -575,45 +588,15 @@ int64_t train_argmax(const float *values, int64_t n)
     return best;
 }
 
-/* Counts the scored positions and, of those, the ones the model gets right. */
-static void count_correct(const float *logits, const int32_t *targets, int64_t positions, int64_t vocab,
-                          int64_t *scored, int64_t *correct)
-{
-    for (int64_t p = 0; p < positions; p++) {
-        if (targets[p] == TG_IGNORE_INDEX) continue;
-        (*scored)++;
-        *correct += train_argmax(logits + p * vocab, vocab) == targets[p];
-    }
-}
+/* The rows of the steps run since rows were last written: waits for the device. */
+static tg_status write_rows(train_session *s);
 
 tg_status train_step(train_session *s)
 {
-    const train_options *o = s->options;
     struct train_state *st = s->state;
-    double start = train_seconds();
-    const int64_t shape[2] = {o->batch, o->seq_len};
-    st->lr = tg_optim_lr(s->optim); /* the rate this step uses */
-
-    /* Forward: ids → logits (B, L, V) → the mean cross-entropy over the scored targets. */
-    tg_tensor *ids = tg_from_data(s->tape, TG_I32, s->device, 2, shape, s->inputs);
-    tg_tensor *targets = tg_from_data(s->tape, TG_I32, s->device, 2, shape, s->targets);
-    tg_tensor *logits = ids && targets ? tg_mamba_forward(s->tape, s->model, ids, NULL, NULL) : NULL;
-    tg_tensor *loss = logits ? tg_cross_entropy(s->tape, logits, targets, TG_IGNORE_INDEX) : NULL;
-    float *host = loss ? host_logits(s, logits) : NULL;
-    if (!host) return TG_ERR_INVALID;
-    int64_t scored = 0, correct = 0;
-    count_correct(host, s->targets, o->batch * o->seq_len, logits->shape[2], &scored, &correct);
-    st->loss = tg_item(loss);
-    st->accuracy = scored ? (double)correct / (double)scored : NAN;
-
-    /* Backward into the parameters' gradients, then one AdamW update (clipped), then
-     * free the step's activations: the next step reuses the same memory. */
-    if (tg_backward(s->tape, loss) != TG_OK || tg_optim_step(s->optim, 1) != TG_OK) return TG_ERR_INVALID;
-    tg_params_zero_grad(s->params);
-    tg_tape_reset(s->tape);
-    tg_synchronize(s->device); /* so that the step's time is the device's too */
+    if (train_stepper_full(st->stepper) && write_rows(s) != TG_OK) return TG_ERR_INVALID;
+    if (train_stepper_step(st->stepper, s->step + 1) != TG_OK) return TG_ERR_INVALID;
     s->step++;
-    st->step_seconds = train_seconds() - start;
     st->eval_recorded = false;
     return TG_OK;
 }
@@ -641,15 +624,16 @@ void train_record_eval(train_session *s, const double *values)
 
 /* ---- after a step: the CSV row, the progress line, the checkpoint ------------------------------ */
 
-static void write_csv_row(train_session *s)
+static void write_csv_row(train_session *s, int64_t step)
 {
     struct train_state *st = s->state;
     const train_options *o = s->options;
     double tokens_per_s = (double)(o->batch * o->seq_len) / st->step_seconds;
-    fprintf(st->csv, "%lld,%.9g,%.9g,%.9g,%.1f,%.3f", (long long)s->step, st->loss, st->accuracy, st->lr,
+    fprintf(st->csv, "%lld,%.9g,%.9g,%.9g,%.1f,%.3f", (long long)step, st->loss, st->accuracy, st->lr,
             tokens_per_s, train_seconds() - st->start);
+    bool with_eval = st->eval_recorded && step == s->step;
     for (int i = 0; i < st->n_eval; i++) {
-        if (st->eval_recorded && !isnan(st->eval[i])) fprintf(st->csv, ",%.9g", st->eval[i]);
+        if (with_eval && !isnan(st->eval[i])) fprintf(st->csv, ",%.9g", st->eval[i]);
         else fputc(',', st->csv);
     }
     fputc('\n', st->csv);
@@ -658,16 +642,16 @@ static void write_csv_row(train_session *s)
 
 /* "step 1200/3000  loss 0.4231  acc 87.5%  42.1k tok/s  1:02 elapsed  ETA 1:33", with the
  * loss, the accuracy and the speed averaged over the steps since the last plain line. */
-static void format_progress(const train_session *s)
+static void format_progress(const train_session *s, int64_t step)
 {
     struct train_state *st = s->state;
     double n = (double)st->window_steps, elapsed = train_seconds() - st->start;
-    int64_t done = s->step - st->first_step, left = end_step(s) - s->step;
+    int64_t done = step - st->first_step, left = end_step(s) - step;
     char elapsed_text[32], eta_text[32];
     format_duration(elapsed, elapsed_text, sizeof elapsed_text);
     format_duration(done ? elapsed / (double)done * (double)left : 0, eta_text, sizeof eta_text);
     double rate = st->window_seconds > 0 ? (double)st->window_tokens / st->window_seconds : 0;
-    int used = snprintf(st->line, sizeof st->line, "step %lld/%lld  loss %.4f", (long long)s->step,
+    int used = snprintf(st->line, sizeof st->line, "step %lld/%lld  loss %.4f", (long long)step,
                         (long long)s->options->steps, st->window_loss / n);
     if (!isnan(st->window_accuracy))
         used += snprintf(st->line + used, sizeof st->line - (size_t)used, "  acc %.1f%%",
@@ -676,20 +660,20 @@ static void format_progress(const train_session *s)
              elapsed_text, eta_text);
 }
 
-static void show_progress(train_session *s)
+static void show_progress(train_session *s, int64_t step)
 {
     struct train_state *st = s->state;
-    bool last = s->step == end_step(s), window_full = s->step % s->options->log_every == 0;
+    bool last = step == end_step(s), window_full = step % s->options->log_every == 0;
     double now = train_seconds();
     if (st->tty && (now - st->last_draw > 0.1 || last || window_full)) {
-        format_progress(s);
+        format_progress(s, step);
         fprintf(stderr, "\r%s\033[K", st->line);
         fflush(stderr);
         st->line_shown = true;
         st->last_draw = now;
     }
     if (!st->tty && (window_full || last)) {
-        format_progress(s);
+        format_progress(s, step);
         fprintf(stderr, "%s\n", st->line);
         fflush(stderr);
     }
@@ -703,18 +687,57 @@ static void show_progress(train_session *s)
     }
 }
 
-tg_status train_end_step(train_session *s)
+/* The row and the progress of one step whose numbers came back. */
+static void record_step(train_session *s, const train_step_numbers *n, double seconds)
 {
     struct train_state *st = s->state;
     const train_options *o = s->options;
+    const tg_optim_config *c = tg_optim_get_config(s->optim);
+    st->loss = n->loss;
+    st->accuracy = n->accuracy;
+    st->lr = c->lr * tg_schedule_factor(&c->schedule, n->step - 1); /* the rate step n used */
+    st->step_seconds = seconds;
     st->window_steps++;
     st->window_tokens += o->batch * o->seq_len;
     st->window_loss += st->loss;
     st->window_accuracy += st->accuracy; /* NaN stays NaN: no accuracy to show */
     st->window_seconds += st->step_seconds;
-    if (st->csv) write_csv_row(s);
-    show_progress(s);
-    bool save = o->ckpt && (s->step % o->ckpt_every == 0 || s->step == end_step(s));
+    if (st->csv) write_csv_row(s, n->step);
+    show_progress(s, n->step);
+}
+
+static tg_status write_rows(train_session *s)
+{
+    struct train_state *st = s->state;
+    train_step_numbers numbers[64];
+    int n = train_stepper_pending(st->stepper);
+    if (n == 0) return TG_OK;
+    if (n > (int)(sizeof numbers / sizeof numbers[0]))
+        return tg_set_error(TG_ERR_STATE, "%s: %d steps wait for their numbers", s->program->name, n);
+    tg_status status = train_stepper_flush(st->stepper, numbers);
+    if (status != TG_OK) return status;
+    int64_t skipped = tg_optim_skipped_steps(s->optim);
+    if (skipped != st->skipped_seen) /* on the CPU the step itself fails; on a GPU it shows here */
+        return tg_set_error(TG_ERR_STATE, "%s: %lld of steps %lld to %lld changed nothing: the gradient norm was not "
+                            "finite (the loss of step %lld is %g)", s->program->name,
+                            (long long)(skipped - st->skipped_seen), (long long)numbers[0].step,
+                            (long long)numbers[n - 1].step, (long long)numbers[n - 1].step, numbers[n - 1].loss);
+    double now = train_seconds(), seconds = (now - st->last_rows) / n; /* the steps ran back to back */
+    st->last_rows = now;
+    for (int i = 0; i < n; i++) record_step(s, &numbers[i], seconds);
+    return TG_OK;
+}
+
+tg_status train_end_step(train_session *s)
+{
+    struct train_state *st = s->state;
+    const train_options *o = s->options;
+    bool last = s->step == end_step(s), save = o->ckpt && (s->step % o->ckpt_every == 0 || last);
+    bool window_full = s->step % o->log_every == 0;
+    bool redraw = st->tty && train_seconds() - st->last_draw > 0.25;
+    if ((save || last || window_full || redraw || st->eval_recorded || train_stepper_full(st->stepper)) &&
+        write_rows(s) != TG_OK)
+        return TG_ERR_STATE;
     return save ? save_checkpoint(s) : TG_OK;
 }
 
@@ -729,13 +752,13 @@ tg_status train_eval_batch(train_session *s, const int32_t *inputs, const int32_
     tg_tensor *y = tg_from_data(s->tape, TG_I32, s->device, 2, shape, targets);
     tg_tensor *logits = ids && y ? tg_mamba_forward(s->tape, s->model, ids, NULL, NULL) : NULL;
     tg_tensor *loss = logits ? tg_cross_entropy(s->tape, logits, y, TG_IGNORE_INDEX) : NULL;
-    float *host = loss ? host_logits(s, logits) : NULL;
-    tg_status status = host ? TG_OK : TG_ERR_INVALID;
-    if (host) {
-        int64_t scored = 0;
-        count_correct(host, targets, rows * len, logits->shape[2], &scored, &sums->correct);
-        sums->loss_sum += tg_item(loss) * (double)scored; /* the loss is the mean over those */
-        sums->scored += scored;
+    tg_tensor *hits = loss ? tg_count_correct(s->tape, logits, y, TG_IGNORE_INDEX) : NULL;
+    double counts[2] = {0, 0}; /* correct, scored */
+    tg_status status = hits ? tg_copy_to_host(hits, counts, TG_F64) : TG_ERR_INVALID;
+    if (status == TG_OK) {
+        sums->loss_sum += tg_item(loss) * counts[1]; /* the loss is the mean over the scored */
+        sums->scored += (int64_t)counts[1];
+        sums->correct += (int64_t)counts[0];
     }
     tg_tape_reset(s->tape);
     tg_tape_set_grad_enabled(s->tape, was_enabled);

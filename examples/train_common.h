@@ -8,6 +8,8 @@
  *     and checkpoints (saved every --ckpt-every steps and at the end; --resume restores
  *     the step, the parameters, the optimizer and the data generator, so a resumed run
  *     continues bit for bit as if it had never stopped);
+ *   - the step itself (train_step.c): on the device from start to end, replayed as one
+ *     CUDA graph on a GPU (--graph), its loss and accuracy read back every few steps;
  *   - evaluation helpers: loss and accuracy in no-grad mode, and a stream that runs the
  *     model over a long sequence piece by piece, carrying its recurrent state.
  *
@@ -38,6 +40,7 @@ typedef enum {
     TRAIN_REAL,   /* double, a finite number in [min, max] */
     TRAIN_TEXT,   /* const char *, any text (a path) */
     TRAIN_DEVICE, /* tg_device: cpu, cuda or auto */
+    TRAIN_CHOICE, /* int64_t: the index of one of the words in `arg` ("f32|bf16") */
 } train_flag_kind;
 
 /* What --resume does with a flag. The checkpoint's config holds every flag that is not
@@ -64,9 +67,12 @@ typedef struct {
 typedef struct {
     /* the run's model and training (saved in checkpoints) */
     int64_t steps, batch, seq_len, layers, d_model, d_state, warmup, seed;
+    int64_t precision; /* 0: f32, 1: bf16 (parameters stored in bf16, the optimizer's f32 master copy) */
     double lr, weight_decay;
     /* this run only */
     tg_device device;
+    int64_t graph;     /* 1: on CUDA, each step replays one CUDA graph (tapegrad/graph.h); 0: off */
+    int64_t tf32;      /* 1: f32 matrix products on CUDA may use TF32 (tg_matmul_set_tf32); 0: off */
     const char *ckpt, *resume, *csv;
     int64_t ckpt_every, eval_every, stop_at, log_every;
 } train_options;
@@ -134,8 +140,9 @@ train_session *train_open(const train_program *program, int64_t vocab_size);
 bool train_running(const train_session *s);
 
 /* One training step on s->inputs and s->targets: forward, cross-entropy over the scored
- * targets (not TG_IGNORE_INDEX), backward, AdamW. Keeps the loss and the accuracy (arg-max
- * over the scored positions) for train_end_step. */
+ * targets (not TG_IGNORE_INDEX), backward, AdamW. The step is queued on the device; its
+ * loss and accuracy (arg-max over the scored positions) are read back by train_end_step
+ * when it next writes rows (a step that waited for its numbers would wait for the GPU). */
 tg_status train_step(train_session *s);
 
 /* Whether this step is an evaluation step (every --eval-every steps, and the last one). */
@@ -144,8 +151,11 @@ bool train_eval_due(const train_session *s);
  * order (NAN leaves a field empty), also shown on stderr. */
 void train_record_eval(train_session *s, const double *values);
 
-/* Ends the step: counts it, writes its CSV row, updates the progress line, and saves the
- * checkpoint (every --ckpt-every steps and at the end of the run). */
+/* Ends the step: writes the CSV rows and the progress line of the steps run since the last
+ * rows were written, when due (a full ring of steps, the end of a progress window, an
+ * evaluation, a checkpoint, the last step, or a terminal's redraw), and saves the
+ * checkpoint (every --ckpt-every steps and at the end of the run). Fails when a step
+ * changed nothing (a gradient norm that was not finite, or a bad input). */
 tg_status train_end_step(train_session *s);
 
 /* Ends the run (final checkpoint, progress line, CSV closed), frees the session, and
