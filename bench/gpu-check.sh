@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/gpu-check.sh: build, test, sanitize and benchmark tapegrad on a GPU machine in one call.
 #
-#   source .device-debs/env.sh && bash bench/gpu-check.sh [--bench-only] [--no-peers]
+#   source .device-debs/env.sh && bash bench/gpu-check.sh [--bench-only] [--no-peers] [--only STEPS]
 #
 # Run it from the repository root. Criterion and OpenBLAS must be findable: installed
 # (scripts/deps.sh), or unpacked into a private prefix whose env.sh, sourced first, points
@@ -12,7 +12,8 @@
 #   ctest                    the whole suite, -j8, except install_pkgconfig (CTEST_EXCLUDE, a ctest
 #                            -E regex; set it empty to run everything): with a private prefix
 #                            announced through PKG_CONFIG_SYSROOT_DIR, pkg-config also prefixes the
-#                            freshly installed tapegrad.pc's paths, so that packaging test fails
+#                            freshly installed tapegrad.pc's paths, so that packaging test fails;
+#                            CTEST_INCLUDE, a ctest -R regex, runs only the tests it matches
 #   memcheck-test_cuda_conv1d, racecheck-test_cuda_conv1d, racecheck-test_cuda_scan
 #                            compute-sanitizer on the CUDA conv1d and scan tests (--jobs 1;
 #                            every sanitizer step runs at the same time as the others);
@@ -32,10 +33,25 @@
 #                            16 streams of time each), against the tensor's copy
 #   scan-bench               build/bench/scan_bench (CSV lines also in $OUT/scan.csv)
 #   mamba-memory             build/bench/mamba_memory --device cuda (B 8, L 2048, d_model 768)
+#   train-bench              build/bench/train_bench --profile --csv $OUT/train.csv: the whole
+#                            training step at the five model sizes, f32 and bf16, and where each
+#                            step's GPU time goes (TRAIN_ARGS: more options)
 #   scan-peers               python3 bench/scan_peers.py (CSV lines also in $OUT/scan_peers.csv)
 #   peers                    python3 bench/peers.py --csv $OUT/peers.csv
+#   train-peers              python3 bench/train_peers.py --csv $OUT/train_peers.csv: the same
+#                            steps in PyTorch with the reference kernels (needs PEER_DIR)
 # --bench-only skips ctest and the sanitizers; --no-peers skips the peers (their times do not
 # change when tapegrad's kernels do: run them once per machine and software version).
+# --only takes a comma-separated list of the steps above (the machine and the build always
+# run; "sanitizers" names them all), e.g. --only train-bench,train-peers.
+# BUILD_TARGETS limits the build to those targets (e.g. "train_bench scan_bench").
+# PEER_SDIST names a folder with the source distributions of mamba-ssm and causal-conv1d
+# (pip download --no-deps --no-binary :all: mamba-ssm causal-conv1d): the peers are then
+# built from them (bench/build_peers.py, this machine's PyTorch) into PEER_DIR (default
+# /tmp/tg-peers) while tapegrad builds and tests, and the step build-peers waits for them.
+# PEER_DIR names the folder bench/build_peers.py filled (the reference kernels built from
+# their source distributions, for this machine's PyTorch): with it, the scan peers include
+# mamba-ssm's selective scan, the conv1d peers Dao-AILab's kernel, and train-peers runs.
 #
 # Output goes to $OUT (./gpu-out when OUT is unset): logs/<step>.log for each step, the two
 # CSV files and summary.txt. When OUT was given, the logs are packed into logs.tar.gz instead
@@ -61,13 +77,20 @@ cd "$(dirname "$0")/.." || exit 2
 
 bench_only=0
 peers=1
-for arg in "$@"; do
-    case $arg in
+only=""
+while [ $# -gt 0 ]; do
+    case $1 in
     --bench-only) bench_only=1 ;;
     --no-peers) peers=0 ;;
-    *) echo "usage: bash bench/gpu-check.sh [--bench-only] [--no-peers]" >&2; exit 2 ;;
+    --only) only=",$2,"; shift ;;
+    *) echo "usage: bash bench/gpu-check.sh [--bench-only] [--no-peers] [--only STEPS]" >&2; exit 2 ;;
     esac
+    shift
 done
+# wanted STEP: whether --only (when given) lists the step.
+wanted() { [ -z "$only" ] || [[ $only == *",$1,"* ]]; }
+[ -n "${PEER_SDIST:-}" ] && PEER_DIR=${PEER_DIR:-/tmp/tg-peers} && mkdir -p "$PEER_DIR"
+PEER_DIR=${PEER_DIR:+$(cd "$PEER_DIR" && pwd)}
 
 pack_logs=0
 [ -n "${OUT:-}" ] && pack_logs=1
@@ -174,11 +197,18 @@ echo "gpu-check: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), commit ${TG_COMMIT:-$(git 
     "budget ${BUDGET}s, output in $OUT"
 
 # ---- the machine, the build ------------------------------------------------------------------
+peer_build=""
+if [ -n "${PEER_SDIST:-}" ] && [ "$peers" = 1 ]; then # in the background, while tapegrad builds
+    nice python3 bench/build_peers.py --sdist "$PEER_SDIST" --out "$PEER_DIR" --jobs 16 >"$LOGS/build-peers.log" 2>&1 &
+    peer_build=$!
+    peer_build_start=$SECONDS
+fi
 run_step nvidia-smi 30 bash -c 'nvidia-smi && nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu,power.draw --format=csv'
 # Everything after needs the build, so it keeps no reserve.
 run_step configure "$(limit_for 120 0)" \
     cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DTG_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
-run_step build "$(limit_for 360 0)" cmake --build build -j16
+# shellcheck disable=SC2086 # BUILD_TARGETS: a space-separated list of targets (default: all)
+run_step build "$(limit_for 360 0)" cmake --build build -j16 ${BUILD_TARGETS:+--target $BUILD_TARGETS}
 reserve=$((BENCH_RESERVE + PEERS_RESERVE))
 
 # ---- tests and sanitizers ------------------------------------------------------------------------
@@ -214,17 +244,19 @@ cuda_tests=()
 for binary in build/tests/test_cuda_*; do
     [ -x "$binary" ] && cuda_tests+=("$binary")
 done
-if [ "$bench_only" = 1 ]; then
-    skip_step ctest --bench-only
-    skip_step sanitizers --bench-only
+if [ "$bench_only" = 1 ] || ! { wanted ctest || wanted sanitizers; }; then
+    skip_step ctest "${only:+not in --only}${only:---bench-only}"
+    skip_step sanitizers "${only:+not in --only}${only:---bench-only}"
 elif [ ! -f build/CTestTestfile.cmake ]; then
     skip_step ctest "not configured"
     skip_step sanitizers "not configured"
 else
-    run_step ctest "$(limit_for 240 "$reserve")" ctest --test-dir build --output-on-failure --no-tests=error -j8 \
-        ${CTEST_EXCLUDE:+-E "$CTEST_EXCLUDE"}
+    wanted ctest && run_step ctest "$(limit_for 240 "$reserve")" ctest --test-dir build --output-on-failure --no-tests=error -j8 \
+        ${CTEST_EXCLUDE:+-E "$CTEST_EXCLUDE"} ${CTEST_INCLUDE:+-R "$CTEST_INCLUDE"}
     limit=$(limit_for 150 "$reserve")
-    if [ "$limit" -lt 5 ]; then
+    if ! wanted sanitizers; then
+        skip_step sanitizers "not in --only"
+    elif [ "$limit" -lt 5 ]; then
         skip_step sanitizers "no time left"
     elif [ ${#cuda_tests[@]} -eq 0 ]; then
         skip_step sanitizers "no test_cuda_* binary built"
@@ -246,9 +278,18 @@ else
 fi
 
 # ---- benchmarks ---------------------------------------------------------------------------------------
-rm -f "$OUT/tapegrad.csv" "$OUT/short-rows.csv" "$OUT/peers.csv"
+# The benchmarks want the CPU to themselves too: the peers' build ends first.
+if [ -n "$peer_build" ]; then
+    wait "$peer_build"
+    peer_build_rc=$?
+    record build-peers "$([ "$peer_build_rc" = 0 ] && echo pass || echo "FAIL (exit $peer_build_rc)")" \
+        "$((SECONDS - peer_build_start))"
+fi
+rm -f "$OUT/tapegrad.csv" "$OUT/short-rows.csv" "$OUT/peers.csv" "$OUT/train.csv" "$OUT/train_peers.csv"
 run_step gpu-to-ourselves 70 bash -c "$(declare -f gpu_to_ourselves); gpu_to_ourselves"
-if [ -x build/bench/conv1d_bench ]; then
+if ! wanted bench; then
+    :
+elif [ -x build/bench/conv1d_bench ]; then
     # shellcheck disable=SC2086 # BENCH_ARGS is a list of options, e.g. "--runs 30"
     run_step bench "$(limit_for 240 "$PEERS_RESERVE")" build/bench/conv1d_bench --csv "$OUT/tapegrad.csv" ${BENCH_ARGS:-}
     # shellcheck disable=SC2086
@@ -257,25 +298,47 @@ if [ -x build/bench/conv1d_bench ]; then
 else
     skip_step bench "build/bench/conv1d_bench not built"
 fi
-if [ -x build/bench/strided_copy_bench ]; then
+if wanted strided-copy && [ -x build/bench/strided_copy_bench ]; then
     run_step strided-copy "$(limit_for 30 "$PEERS_RESERVE")" build/bench/strided_copy_bench
 fi
-if [ -x build/bench/scan_bench ]; then
+if wanted scan-bench && [ -x build/bench/scan_bench ]; then
     run_step scan-bench "$(limit_for 120 "$PEERS_RESERVE")" build/bench/scan_bench
     grep -v '^#' "$LOGS/scan-bench.log" | grep ',' > "$OUT/scan.csv" || true
 fi
-if [ -x build/bench/mamba_memory ]; then # the Mamba model's memory at B 8, L 2048, d_model 768
+if wanted mamba-memory && [ -x build/bench/mamba_memory ]; then # the Mamba model's memory at B 8, L 2048, d_model 768
     run_step mamba-memory "$(limit_for 120 "$PEERS_RESERVE")" build/bench/mamba_memory --device cuda
 fi
+if wanted train-bench && [ -x build/bench/train_bench ]; then
+    # shellcheck disable=SC2086 # TRAIN_ARGS: options for train_bench, e.g. "--sizes 130m"
+    run_step train-bench "$(limit_for 300 "$PEERS_RESERVE")" build/bench/train_bench --device cuda --profile \
+        --csv "$OUT/train.csv" ${TRAIN_ARGS:-}
+fi
+peer_dir_args=()
+[ -n "$PEER_DIR" ] && peer_dir_args=(--peer-dir "$PEER_DIR")
 if [ "$peers" = 1 ]; then
-    scan_limit=$(limit_for 300 "$((PEERS_RESERVE / 2))")
-    run_step scan-peers "$scan_limit" env PYTHONUNBUFFERED=1 python3 bench/scan_peers.py \
-        --max-seconds $((scan_limit > 60 ? scan_limit - 30 : scan_limit / 2))
-    grep -v '^#' "$LOGS/scan-peers.log" | grep ',' > "$OUT/scan_peers.csv" || true
-    peers_limit=$(limit_for 600 0)
-    # shellcheck disable=SC2086 # PEERS_ARGS: options for peers.py, e.g. "--ks 4"
-    run_step peers "$peers_limit" env PYTHONUNBUFFERED=1 python3 bench/peers.py --csv "$OUT/peers.csv" ${PEERS_ARGS:-} \
-        --max-seconds $((peers_limit > 60 ? peers_limit - 45 : peers_limit / 2))
+    if wanted scan-peers; then
+        scan_limit=$(limit_for 300 "$((PEERS_RESERVE / 2))")
+        # shellcheck disable=SC2086 # SCAN_PEERS_ARGS: options for scan_peers.py, e.g. "--peers mamba"
+        run_step scan-peers "$scan_limit" env PYTHONUNBUFFERED=1 python3 bench/scan_peers.py "${peer_dir_args[@]}" \
+            ${SCAN_PEERS_ARGS:-} --max-seconds $((scan_limit > 60 ? scan_limit - 30 : scan_limit / 2))
+        grep -v '^#' "$LOGS/scan-peers.log" | grep ',' > "$OUT/scan_peers.csv" || true
+    fi
+    if wanted peers; then
+        peers_limit=$(limit_for 600 "$( wanted train-peers && [ -n "$PEER_DIR" ] && echo "$((PEERS_RESERVE / 2))" || echo 0)")
+        # shellcheck disable=SC2086 # PEERS_ARGS: options for peers.py, e.g. "--ks 4"
+        run_step peers "$peers_limit" env PYTHONUNBUFFERED=1 python3 bench/peers.py --csv "$OUT/peers.csv" \
+            "${peer_dir_args[@]}" ${PEERS_ARGS:-} --max-seconds $((peers_limit > 60 ? peers_limit - 45 : peers_limit / 2))
+    fi
+    if ! wanted train-peers; then
+        :
+    elif [ -z "$PEER_DIR" ]; then
+        skip_step train-peers "no PEER_DIR"
+    else
+        train_limit=$(limit_for 600 0)
+        # shellcheck disable=SC2086 # TRAIN_PEERS_ARGS: options for train_peers.py, e.g. "--variants fast"
+        run_step train-peers "$train_limit" env PYTHONUNBUFFERED=1 python3 bench/train_peers.py --peers "$PEER_DIR" \
+            --csv "$OUT/train_peers.csv" ${TRAIN_PEERS_ARGS:-}
+    fi
 else
     skip_step peers --no-peers
 fi
@@ -338,6 +401,39 @@ peer_copy = peers[0].get("copy_GBps", "") if peers else ""
 print(f"copy bandwidth: tapegrad run {copy} GB/s, peers run {peer_copy} GB/s")
 if any(flags(r) for r in ours):
     print("ok*: the driver held the SM clock down while the row's fwd+bwd ran (the CSV's clock_reasons)")
+PY
+    python3 - "$OUT/train.csv" "$OUT/train_peers.csv" "$OUT/scan.csv" "$OUT/scan_peers.csv" <<'PY'
+import csv, os, sys
+
+def read(path):
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as f:
+        return [r for r in csv.DictReader(f)]
+
+ours, peers = read(sys.argv[1]), read(sys.argv[2])
+if ours:
+    print("\ntraining step (median ms; best PyTorch variant of the same precision; x: PyTorch / tapegrad)")
+    print(f"{'size':<16} {'dt':<4} {'graph':<5} | {'tapegrad':>9} {'peak MiB':>9} | {'torch best':>10} {'variant':<14} {'peak MiB':>9} | {'x':>5}")
+    for r in ours:
+        same = [p for p in peers if p["size"] == r["size"] and p["precision"] == r["precision"]]
+        best = min(same, key=lambda p: float(p["median_ms"])) if same else None
+        ratio = f"{float(best['median_ms']) / float(r['median_ms']):.2f}" if best else "-"
+        print(f"{r['size']:<16} {r['precision']:<4} {r['graph']:<5} | {float(r['median_ms']):9.3f} {float(r['peak_mib']):9.0f} | "
+              f"{float(best['median_ms']) if best else float('nan'):10.3f} {best['impl'] if best else '-':<14} "
+              f"{float(best['peak_mib']) if best else float('nan'):9.0f} | {ratio:>5}")
+scan = [r for r in read(sys.argv[3]) if r.get("impl") == "tapegrad"]
+mamba = {(r["B"], r["D"], r["N"], r["L"], r["dtype"]): r for r in read(sys.argv[4]) if r.get("impl") == "mamba-ssm"}
+if scan and mamba:
+    print("\nselective scan (median us; x: mamba-ssm / tapegrad)")
+    print(f"{'B, D, N, L':<18} {'dt':<4} | {'tg fwd':>8} {'mamba fwd':>9} {'x':>5} | {'tg f+b':>8} {'mamba f+b':>9} {'x':>5}")
+    for r in scan:
+        m = mamba.get((r["B"], r["D"], r["N"], r["L"], r["dtype"]))
+        if not m:
+            continue
+        x = lambda k: f"{float(m[k]) / float(r[k]):.2f}" if float(r[k]) > 0 else "-"
+        print(f"{r['B'] + ', ' + r['D'] + ', ' + r['N'] + ', ' + r['L']:<18} {r['dtype']:<4} | {float(r['fwd_us']):8.1f} "
+              f"{float(m['fwd_us']):9.1f} {x('fwd_us'):>5} | {float(r['fwdbwd_us']):8.1f} {float(m['fwdbwd_us']):9.1f} {x('fwdbwd_us'):>5}")
 PY
     echo
     echo "steps (total ${SECONDS}s of ${BUDGET}s):"

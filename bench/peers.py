@@ -4,7 +4,7 @@ sizes, dtypes and widths, timed the same way, so the two tables can be read side
 
     python3 bench/peers.py [--csv FILE] [--quick] [--max-seconds S] [--no-graph]
                            [--sizes 8x1536x2048,...] [--ks 4,8] [--dtypes f32,bf16]
-                           [--peers compiled,compiled-cl,cudnn]
+                           [--peers compiled,compiled-cl,cudnn,dao,dao-cl] [--peer-dir DIR]
 
 Peers (each forward alone, under no_grad, and forward + backward):
   compiled     torch.compile of the shift-and-add form, channel-first x:
@@ -12,7 +12,11 @@ Peers (each forward alone, under no_grad, and forward + backward):
   compiled-cl  the same compiled form on a channel-last x: a (B, L, C) tensor viewed as (B, C, L)
   cudnn        F.conv1d(x, w.unsqueeze(1), bias, padding=K-1, groups=C)[..., :L], then SiLU
                (eager, channel-first)
+  dao          Dao-AILab's causal-conv1d kernel (causal_conv1d_fn, activation "silu"), built from
+               its source distribution into --peer-dir by bench/build_peers.py, channel-first x
+  dao-cl       the same kernel on a channel-last x (its channel-last path)
   clone        torch.clone(x), the copy reference for each row (forward column only)
+The dao peers are in the default list only when --peer-dir is given.
 Forward + backward is torch.autograd.grad of the output with a random dout for (x, w, bias):
 the gradients are returned, never summed into .grad, so no extra pass is timed.
 
@@ -45,7 +49,9 @@ import triton.testing
 SIZES = [(16, 1536, 16384), (8, 1536, 2048), (32, 768, 1024)]
 KS = [2, 3, 4, 8]
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
-PEERS = ["compiled", "compiled-cl", "cudnn"]
+PEERS = ["compiled", "compiled-cl", "cudnn", "dao", "dao-cl"]
+CHANNEL_LAST = {"compiled-cl", "dao-cl"}
+dao_conv = None  # causal_conv1d_fn, once --peer-dir is read
 L2_FALLBACK = 60 << 20
 
 
@@ -57,6 +63,10 @@ def shift_and_add(x, w, b):
     for k in range(K):
         acc = acc + w[:, k, None] * xp[..., k:k + L]
     return F.silu(acc)
+
+
+def dao_causal_conv1d(x, w, b):
+    return dao_conv(x, w, b, activation="silu")
 
 
 def cudnn_conv(x, w, b):
@@ -212,8 +222,8 @@ def percent(bytes_moved, us, copy_gbps):
 
 def bench_peer(peer, B, C, L, K, dname, l2_bytes, copy_gbps, opts):
     dtype = DTYPES[dname]
-    channel_last = peer == "compiled-cl"
-    fn = cudnn_conv if peer == "cudnn" else compiled_shift_and_add
+    channel_last = peer in CHANNEL_LAST
+    fn = {"cudnn": cudnn_conv, "dao": dao_causal_conv1d, "dao-cl": dao_causal_conv1d}.get(peer, compiled_shift_and_add)
     sets = make_sets(B, C, L, K, dtype, channel_last, l2_bytes)
     row = dict(peer=peer, B=B, C=C, L=L, dtype=dname, layout="cl" if channel_last else "cf", K=K)
     status = "ok"
@@ -254,7 +264,7 @@ def plan(args):
         for size in args.sizes:
             for dname in args.dtypes:
                 for K in args.ks:
-                    priority = (0 if K == 4 else 1 if K == 8 else 2, peer == "compiled-cl")
+                    priority = (0 if K == 4 else 1 if K == 8 else 2, peer in CHANNEL_LAST)
                     rows.append((priority, peer, size, dname, K))
     rows.sort(key=lambda r: r[0])
     return [r[1:] for r in rows]
@@ -293,8 +303,11 @@ def parse_args(argv):
     p.add_argument("--sizes", default=",".join(f"{b}x{c}x{l}" for b, c, l in SIZES))
     p.add_argument("--ks", default=",".join(map(str, KS)))
     p.add_argument("--dtypes", default=",".join(DTYPES))
-    p.add_argument("--peers", default=",".join(PEERS))
+    p.add_argument("--peers", default=None, help="default: all; the dao peers only with --peer-dir")
+    p.add_argument("--peer-dir", default=None, help="bench/build_peers.py's --out (for the dao peers)")
     args = p.parse_args(argv)
+    if args.peers is None:
+        args.peers = ",".join(q for q in PEERS if args.peer_dir or not q.startswith("dao"))
     args.sizes = [tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",")]
     args.ks = [int(k) for k in args.ks.split(",")]
     args.dtypes = args.dtypes.split(",")
@@ -302,6 +315,8 @@ def parse_args(argv):
     if any(len(s) != 3 for s in args.sizes) or any(d not in DTYPES for d in args.dtypes) or \
             any(p_ not in PEERS for p_ in args.peers) or any(k < 1 for k in args.ks):
         p.error("bad --sizes, --dtypes, --peers or --ks")
+    if any(q.startswith("dao") for q in args.peers) and not args.peer_dir:
+        p.error("the dao peers need --peer-dir")
     return args
 
 
@@ -310,6 +325,10 @@ def main(argv):
     if not torch.cuda.is_available():
         print("peers.py: no CUDA device", file=sys.stderr)
         return 2
+    if args.peer_dir:
+        global dao_conv
+        import peer_import
+        dao_conv = peer_import.causal_conv1d_fn(args.peer_dir)
     opts = Options()
     if args.quick:
         opts.max_runs, opts.min_runs, opts.warmup, opts.budget_ms = 5, 2, 1, 100.0
@@ -352,14 +371,14 @@ def main(argv):
         return args.max_seconds > 0 and time.monotonic() - started > args.max_seconds
 
     clones = sorted({(s, d, cl) for s in args.sizes for d in args.dtypes
-                     for cl in ([False, True] if "compiled-cl" in args.peers else [False])})
+                     for cl in ([False, True] if CHANNEL_LAST & set(args.peers) else [False])})
     for (B, C, L), dname, cl in clones:
         t0 = time.monotonic()
         emit(bench_clone(B, C, L, dname, cl, copy_gbps, opts), t0)
     failures = 0
     for peer, (B, C, L), dname, K in plan(args):
         t0 = time.monotonic()
-        base = dict(peer=peer, B=B, C=C, L=L, dtype=dname, layout="cl" if peer == "compiled-cl" else "cf", K=K)
+        base = dict(peer=peer, B=B, C=C, L=L, dtype=dname, layout="cl" if peer in CHANNEL_LAST else "cf", K=K)
         if out_of_time():
             emit(dict(base, status="skipped: --max-seconds reached"), t0)
             continue

@@ -36,7 +36,8 @@ typedef struct {
     int64_t B, D, N, L;
 } scan_size;
 
-static const scan_size bench_sizes[] = {{8, 1536, 16, 2048}, {16, 768, 16, 1024}};
+static const scan_size bench_sizes[] = {
+    {8, 128, 16, 256}, {32, 512, 16, 256}, {64, 128, 16, 4096}, {8, 1536, 16, 2048}, {16, 768, 16, 1024}};
 static const tg_dtype bench_dtypes[] = {TG_F32, TG_BF16};
 
 #define COUNT_OF(a) BENCH_COUNT_OF(a)

@@ -2,9 +2,13 @@
 """PyTorch peers of bench/scan_bench.c: the same selective scan (gate z, skip Dv, delta_bias +
 softplus, no initial or final state) on the same sizes and dtypes, timed on the GPU.
 
-    python3 bench/scan_peers.py [--quick] [--max-seconds S] [--peers sequential,chunked]
+    python3 bench/scan_peers.py [--quick] [--max-seconds S] [--peers mamba,chunked,sequential]
+                                [--peer-dir DIR]
 
 Peers (the maths in float32 whatever the storage dtype, as the CUDA kernels do):
+  mamba-ssm              mamba-ssm's CUDA selective scan (selective_scan_fn), built from its
+                         source distribution into --peer-dir by bench/build_peers.py; A, Dv
+                         and the bias stay float32, as its interface requires
   torch-sequential       eager PyTorch, one step of the recurrence per Python iteration
   torch-compile-chunked  torch.compile of a chunked scan: a log-step (Hillis-Steele) scan of
                          the pairs (decay, input) inside chunks of 64 steps, the same scan over
@@ -25,7 +29,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-SIZES = [(8, 1536, 16, 2048), (16, 768, 16, 1024)]  # B, D, N, L
+# B, D, N, L: the scans of bench/train_bench.c's models (D = d_inner = 2 d_model), and one more
+SIZES = [(8, 128, 16, 256), (32, 512, 16, 256), (64, 128, 16, 4096), (8, 1536, 16, 2048), (16, 768, 16, 1024)]
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
 CHUNK = 64
 
@@ -84,10 +89,24 @@ def chunked_scan(u, delta, A, Bm, Cm, Dv, z, bias):
 
 compiled_chunked_scan = torch.compile(chunked_scan, dynamic=False)
 
-PEERS = {"sequential": ("torch-sequential", sequential_scan), "chunked": ("torch-compile-chunked", compiled_chunked_scan)}
+def mamba_peer(peer_dir):
+    """mamba-ssm's selective_scan_fn with this script's argument order."""
+    import peer_import
+
+    scan = peer_import.mamba_module(peer_dir, "ops.selective_scan_interface").selective_scan_fn
+
+    def run(u, delta, A, Bm, Cm, Dv, z, bias):
+        return scan(u, delta, A, Bm, Cm, Dv, z, bias, delta_softplus=True)
+
+    return run
 
 
-def make_inputs(B, D, N, L, dtype, grad):
+PEERS = {"mamba": ("mamba-ssm", None), "chunked": ("torch-compile-chunked", compiled_chunked_scan),
+         "sequential": ("torch-sequential", sequential_scan)}
+FLOAT32_PARAMETERS = {"mamba"}  # peers whose A, Dv and bias are float32 whatever u's dtype
+
+
+def make_inputs(B, D, N, L, dtype, grad, float32_parameters=False):
     """The ranges of bench/scan_bench.c: dt = softplus(N(-4, 1) + N(0, 0.5)), A in [-16, -0.5]."""
     dev = "cuda"
     t = {
@@ -101,7 +120,8 @@ def make_inputs(B, D, N, L, dtype, grad):
         "bias": 0.5 * torch.randn(D, device=dev),
     }
     order = ["u", "delta", "A", "Bm", "Cm", "Dv", "z", "bias"]
-    return [t[k].to(dtype).requires_grad_(grad) for k in order]
+    kept = {"A", "Dv", "bias"} if float32_parameters else set()
+    return [t[k].to(torch.float32 if k in kept else dtype).requires_grad_(grad) for k in order]
 
 
 def median_us(call, runs, warmup):
@@ -121,8 +141,8 @@ def median_us(call, runs, warmup):
     return times[mid] if len(times) % 2 else 0.5 * (times[mid - 1] + times[mid])
 
 
-def time_peer(fn, B, D, N, L, dtype, runs, warmup):
-    inputs = make_inputs(B, D, N, L, dtype, True)
+def time_peer(fn, B, D, N, L, dtype, runs, warmup, float32_parameters=False):
+    inputs = make_inputs(B, D, N, L, dtype, True, float32_parameters)
     dout = torch.randn(B, D, L, device="cuda").to(dtype)
 
     def forward():
@@ -151,10 +171,13 @@ def main(argv):
     p.add_argument("--quick", action="store_true", help="few runs: a smoke test, not a measurement")
     p.add_argument("--max-seconds", type=float, default=0, help="start no new case after this many seconds")
     p.add_argument("--peers", default=",".join(PEERS))
+    p.add_argument("--peer-dir", default=None, help="bench/build_peers.py's --out (for the mamba peer)")
     args = p.parse_args(argv)
     peers = args.peers.split(",")
     if any(name not in PEERS for name in peers):
         p.error("peers are: " + ",".join(PEERS))
+    if "mamba" in peers and not args.peer_dir:
+        p.error("the mamba peer needs --peer-dir")
     if not torch.cuda.is_available():
         print("scan_peers.py: no CUDA device", file=sys.stderr)
         return 2
@@ -175,6 +198,8 @@ def main(argv):
     failures = 0
     for name in peers:
         label, fn = PEERS[name]
+        if name == "mamba":
+            fn = mamba_peer(args.peer_dir)
         # The sequential peer launches thousands of kernels per call: fewer runs.
         runs, warmup = (3, 1) if args.quick else ((5, 1) if name == "sequential" else (20, 3))
         for (B, D, N, L) in SIZES:
@@ -184,7 +209,7 @@ def main(argv):
                     status = "skipped: --max-seconds reached"
                 else:
                     try:
-                        fwd, both = time_peer(fn, B, D, N, L, dtype, runs, warmup)
+                        fwd, both = time_peer(fn, B, D, N, L, dtype, runs, warmup, name in FLOAT32_PARAMETERS)
                         status = "ok"
                     except Exception as error:  # one failing peer must not hide the others
                         failures += 1
