@@ -47,10 +47,17 @@ typedef tg_status (*tg_scan_fwd_kernel)(const tg_scan_args *args, tg_tensor *out
 typedef tg_status (*tg_scan_bwd_kernel)(const tg_scan_args *args, const tg_tensor *chunk_states,
                                         const tg_tensor *dout, const tg_tensor *dfinal, const tg_scan_grads *grads);
 
+/* The CPU kernels: f64 in double (kernels/cpu/scan.c, the reference); f32, bf16 and f16
+ * in float32 maths, vectorised over the state (kernels/cpu/scan_float.c, which the first
+ * two hand those dtypes to). */
 tg_status tg_cpu_selective_scan_fwd(const tg_scan_args *args, tg_tensor *out, tg_tensor *final_state,
                                     tg_tensor *chunk_states);
 tg_status tg_cpu_selective_scan_bwd(const tg_scan_args *args, const tg_tensor *chunk_states, const tg_tensor *dout,
                                     const tg_tensor *dfinal, const tg_scan_grads *grads);
+tg_status tg_cpu_selective_scan_fwd_float(const tg_scan_args *args, tg_tensor *out, tg_tensor *final_state,
+                                          tg_tensor *chunk_states);
+tg_status tg_cpu_selective_scan_bwd_float(const tg_scan_args *args, const tg_tensor *chunk_states,
+                                          const tg_tensor *dout, const tg_tensor *dfinal, const tg_scan_grads *grads);
 
 /* The CUDA kernels (kernels/cuda/scan.cu): f32, bf16 and f16 storage with float32 maths and
  * f32 chunk states, N ≤ 16; other dtypes and larger N fail with a message. */

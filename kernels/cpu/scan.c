@@ -1,4 +1,5 @@
-/* kernels/cpu/scan.c: the selective scan forward and backward on the CPU, in double.
+/* kernels/cpu/scan.c: the selective scan forward and backward on the CPU, in double, for
+ * f64 (the reference the gradient checks use); other dtypes go to kernels/cpu/scan_float.c.
  *
  * Each (b, d) row is a sequential recurrence over t on a state of N doubles. Inputs are
  * read element by element through their strides, so any layout works. The backward
@@ -137,6 +138,7 @@ static void forward_rows(void *context, int64_t b_begin, int64_t b_end)
 tg_status tg_cpu_selective_scan_fwd(const tg_scan_args *a, tg_tensor *out, tg_tensor *final_state,
                                     tg_tensor *chunk_states)
 {
+    if (a->u->dtype != TG_F64) return tg_cpu_selective_scan_fwd_float(a, out, final_state, chunk_states);
     forward_job job = {a, out, final_state, chunk_states, false};
     tg_parallel_ranges(a->u->shape[0], 1, forward_rows, &job);
     if (atomic_load(&job.out_of_memory)) return tg_set_error(TG_ERR_NOMEM, "tg_selective_scan: out of memory for a state buffer");
@@ -312,6 +314,7 @@ static void store_channel_sums(const backward_job *job, int64_t B, int64_t D, in
 tg_status tg_cpu_selective_scan_bwd(const tg_scan_args *a, const tg_tensor *chunk_states, const tg_tensor *dout,
                                     const tg_tensor *dfinal, const tg_scan_grads *g)
 {
+    if (a->u->dtype != TG_F64) return tg_cpu_selective_scan_bwd_float(a, chunk_states, dout, dfinal, g);
     const int64_t B = a->u->shape[0], D = a->u->shape[1], L = a->u->shape[2], N = a->A->shape[1];
     const size_t sums = (size_t)(B * N * L), rows = (size_t)(B * D);
     backward_job job = {a, chunk_states, dout, dfinal, g, NULL, NULL, NULL, NULL, NULL, false};
