@@ -138,6 +138,20 @@ static void replay_matches_direct(tg_dtype dtype)
 Test(cuda_graph, replayed_f32_steps_equal_direct_ones_bit_for_bit) { replay_matches_direct(TG_F32); }
 Test(cuda_graph, replayed_bf16_steps_equal_direct_ones_bit_for_bit) { replay_matches_direct(TG_BF16); }
 
+/* An f32 trainer, random batches (for STEPS steps; the caller frees them) and the first step
+ * run directly, as before a capture. */
+static trainer trainer_after_one_step(int32_t **ids, int32_t **targets)
+{
+    trainer t = trainer_new(TG_F32, tg_rng_next(tt_rng()), 1.0);
+    *ids = malloc(sizeof(int32_t) * STEPS * BATCH * SEQ);
+    *targets = malloc(sizeof(int32_t) * STEPS * BATCH * SEQ);
+    random_batches(*ids, *targets);
+    set_batch(&t, *ids, *targets);
+    cr_assert_eq(queue_step(&t), TG_OK, "%s", tg_last_error());
+    tg_tape_reset(t.tape);
+    return t;
+}
+
 /* The host bytes of every parameter (for "nothing changed"). */
 static void *params_bytes(tg_params *params)
 {
@@ -150,12 +164,8 @@ static void *params_bytes(tg_params *params)
 Test(cuda_graph, a_bad_id_in_a_replayed_step_changes_nothing_and_is_reported)
 {
     tt_require_cuda();
-    trainer t = trainer_new(TG_F32, tg_rng_next(tt_rng()), 1.0);
-    int32_t *ids = malloc(sizeof(int32_t) * STEPS * BATCH * SEQ), *targets = malloc(sizeof(int32_t) * STEPS * BATCH * SEQ);
-    random_batches(ids, targets);
-    set_batch(&t, ids, targets);
-    cr_assert_eq(queue_step(&t), TG_OK, "%s", tg_last_error());
-    tg_tape_reset(t.tape);
+    int32_t *ids, *targets;
+    trainer t = trainer_after_one_step(&ids, &targets);
     tg_graph *graph = capture(&t);
     cr_assert_eq(tg_graph_replay(graph), TG_OK);
     const int64_t steps = tg_optim_step_count(t.optim);
@@ -245,12 +255,8 @@ Test(cuda_graph, a_capture_that_waits_for_the_device_fails_clearly)
 Test(cuda_graph, the_graph_keeps_its_memory_until_freed)
 {
     tt_require_cuda();
-    trainer t = trainer_new(TG_F32, tg_rng_next(tt_rng()), 1.0);
-    int32_t *ids = malloc(sizeof(int32_t) * STEPS * BATCH * SEQ), *targets = malloc(sizeof(int32_t) * STEPS * BATCH * SEQ);
-    random_batches(ids, targets);
-    set_batch(&t, ids, targets);
-    cr_assert_eq(queue_step(&t), TG_OK, "%s", tg_last_error());
-    tg_tape_reset(t.tape);
+    int32_t *ids, *targets;
+    trainer t = trainer_after_one_step(&ids, &targets);
     tg_memory_stats base;
     tg_memory_stats_get(TG_DEVICE_CUDA, &base);
     tg_graph *graph = capture(&t);

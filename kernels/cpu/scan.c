@@ -9,6 +9,7 @@
  * the batch rows b over CPU threads (core/parallel.c), in a way that leaves every result
  * the same bits for any number of threads. */
 #include "kernels/scan.h"
+#include "kernels/cpu/scan_sums.h"
 #include "kernels/cpu/scalar_math.h"
 
 #include <math.h>
@@ -25,13 +26,6 @@ static double at2(const tg_tensor *t, int64_t i0, int64_t i1)
 static double at3(const tg_tensor *t, int64_t i0, int64_t i1, int64_t i2)
 {
     return tg_load(tg_bytes(t), t->dtype, i0 * t->strides[0] + i1 * t->strides[1] + i2 * t->strides[2]);
-}
-
-static void put1(tg_tensor *t, int64_t i0, double v) { tg_store(tg_bytes(t), t->dtype, i0 * t->strides[0], v); }
-
-static void put2(tg_tensor *t, int64_t i0, int64_t i1, double v)
-{
-    tg_store(tg_bytes(t), t->dtype, i0 * t->strides[0] + i1 * t->strides[1], v);
 }
 
 static void put3(tg_tensor *t, int64_t i0, int64_t i1, int64_t i2, double v)
@@ -250,18 +244,9 @@ static void scan_row_backward(const scan_row *r, const tg_tensor *chunk_states, 
  * (dBm, dCm) stay inside a row b, so the thread that owns b adds them in the order d = 0,
  * 1, ... Sums over b (dA, dDv, ddelta_bias) are kept per (b, d) and added over b in order
  * after the threads are done: the same bits for any number of threads. */
-typedef struct {
-    const tg_scan_args *a;
-    const tg_tensor *chunk_states, *dout, *dfinal;
-    const tg_scan_grads *g;
-    double *dBm, *dCm;           /* B·N·L sums over d (or NULL) */
-    double *dA, *dDv, *dbias;    /* per (b, d): B·D·N, B·D, B·D */
-    atomic_bool out_of_memory;
-} backward_job;
-
 static void backward_rows(void *context, int64_t b_begin, int64_t b_end)
 {
-    backward_job *job = context;
+    scan_backward_job *job = context;
     const tg_scan_args *a = job->a;
     const int64_t D = a->u->shape[1], N = a->A->shape[1];
     scan_scratch s;
@@ -270,8 +255,8 @@ static void backward_rows(void *context, int64_t b_begin, int64_t b_end)
         free_scratch(&s);
         return;
     }
-    s.dBm = job->dBm;
-    s.dCm = job->dCm;
+    s.dBm = job->sums.dBm;
+    s.dCm = job->sums.dCm;
     for (int64_t b = b_begin; b < b_end; b++)
         for (int64_t d = 0; d < D; d++) {
             scan_row r = {a, b, d, N, s.A_row, 0.0, 0.0};
@@ -279,62 +264,16 @@ static void backward_rows(void *context, int64_t b_begin, int64_t b_end)
             for (int64_t n = 0; n < N; n++) s.dA[n] = 0.0;
             s.dDv = s.dbias = 0.0;
             scan_row_backward(&r, job->chunk_states, job->dout, job->dfinal, job->g, &s);
-            for (int64_t n = 0; n < N; n++) job->dA[(b * D + d) * N + n] = s.dA[n];
-            job->dDv[b * D + d] = s.dDv;
-            job->dbias[b * D + d] = s.dbias;
+            for (int64_t n = 0; n < N; n++) job->sums.dA[(b * D + d) * N + n] = s.dA[n];
+            job->sums.dDv[b * D + d] = s.dDv;
+            job->sums.dbias[b * D + d] = s.dbias;
         }
     free_scratch(&s);
-}
-
-/* dBm and dCm were summed over d in double; store them once. */
-static void store_sums(const double *sum, tg_tensor *dst, int64_t B, int64_t N, int64_t L)
-{
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t n = 0; n < N; n++)
-            for (int64_t t = 0; t < L; t++) put3(dst, b, n, t, sum[(b * N + n) * L + t]);
-}
-
-/* dA[d, n], dDv[d], ddelta_bias[d]: the rows' sums added over b in order. */
-static void store_channel_sums(const backward_job *job, int64_t B, int64_t D, int64_t N)
-{
-    const tg_scan_grads *g = job->g;
-    for (int64_t d = 0; d < D; d++) {
-        for (int64_t n = 0; g->dA && n < N; n++) {
-            double sum = 0.0;
-            for (int64_t b = 0; b < B; b++) sum += job->dA[(b * D + d) * N + n];
-            put2(g->dA, d, n, sum);
-        }
-        double dDv = 0.0, dbias = 0.0;
-        for (int64_t b = 0; b < B; b++) dDv += job->dDv[b * D + d], dbias += job->dbias[b * D + d];
-        if (g->dDv) put1(g->dDv, d, dDv);
-        if (g->ddelta_bias) put1(g->ddelta_bias, d, dbias);
-    }
 }
 
 tg_status tg_cpu_selective_scan_bwd(const tg_scan_args *a, const tg_tensor *chunk_states, const tg_tensor *dout,
                                     const tg_tensor *dfinal, const tg_scan_grads *g)
 {
     if (a->u->dtype != TG_F64) return tg_cpu_selective_scan_bwd_float(a, chunk_states, dout, dfinal, g);
-    const int64_t B = a->u->shape[0], D = a->u->shape[1], L = a->u->shape[2], N = a->A->shape[1];
-    const size_t sums = (size_t)(B * N * L), rows = (size_t)(B * D);
-    backward_job job = {a, chunk_states, dout, dfinal, g, NULL, NULL, NULL, NULL, NULL, false};
-    if (g->dBm) job.dBm = calloc(sums, sizeof(double));
-    if (g->dCm) job.dCm = calloc(sums, sizeof(double));
-    job.dA = malloc(sizeof(double) * rows * (size_t)N);
-    job.dDv = malloc(sizeof(double) * rows);
-    job.dbias = malloc(sizeof(double) * rows);
-    bool ok = (!g->dBm || job.dBm) && (!g->dCm || job.dCm) && job.dA && job.dDv && job.dbias;
-    if (ok) tg_parallel_ranges(B, 1, backward_rows, &job);
-    ok = ok && !atomic_load(&job.out_of_memory);
-    if (ok) {
-        store_channel_sums(&job, B, D, N);
-        if (g->dBm) store_sums(job.dBm, g->dBm, B, N, L);
-        if (g->dCm) store_sums(job.dCm, g->dCm, B, N, L);
-    }
-    free(job.dBm);
-    free(job.dCm);
-    free(job.dA);
-    free(job.dDv);
-    free(job.dbias);
-    return ok ? TG_OK : tg_set_error(TG_ERR_NOMEM, "tg_selective_scan backward: out of memory for scratch buffers");
+    return scan_backward_run(a, chunk_states, dout, dfinal, g, backward_rows, false);
 }

@@ -16,6 +16,7 @@
  * not depend on the thread count either. Channels past D in the last group are zeros
  * (dt = 0, no input) and are never stored. */
 #include "kernels/scan.h"
+#include "kernels/cpu/scan_sums.h"
 #include "kernels/cpu/scalar_math.h"
 
 #include <math.h>
@@ -389,15 +390,6 @@ static void reverse_steps(const group *q, int64_t t0, int64_t t1, reverse_buffer
     }
 }
 
-typedef struct {
-    const tg_scan_args *a;
-    const tg_tensor *chunk_states, *dout, *dfinal;
-    const tg_scan_grads *g;
-    double *dBm, *dCm;        /* (B, L, N) sums over d (or NULL) */
-    double *dA, *dDv, *dbias; /* per (b, d): B·D·N, B·D, B·D */
-    atomic_bool out_of_memory;
-} backward_job;
-
 /* v[b, d0 + g, n, c] (the chunk states) into the group's state. */
 static void load_chunk_state(const tg_tensor *v, const group *q, int64_t c, float *x)
 {
@@ -408,7 +400,7 @@ static void load_chunk_state(const tg_tensor *v, const group *q, int64_t c, floa
 }
 
 /* The group's gradients: chunks from the last, each recomputed from its saved state. */
-static void backward_group(const backward_job *job, group *q, reverse_buffers *s)
+static void backward_group(const scan_backward_job *job, group *q, reverse_buffers *s)
 {
     const tg_scan_args *a = job->a;
     const tg_scan_grads *g = job->g;
@@ -457,7 +449,7 @@ static bool alloc_reverse(reverse_buffers *s, int64_t N, int64_t L, int64_t len)
 
 static void backward_rows(void *context, int64_t b_begin, int64_t b_end)
 {
-    backward_job *job = context;
+    scan_backward_job *job = context;
     const tg_scan_args *a = job->a;
     const int64_t D = a->u->shape[1], L = a->u->shape[2], N = a->A->shape[1];
     group_buffers gb;
@@ -466,17 +458,17 @@ static void backward_rows(void *context, int64_t b_begin, int64_t b_end)
     for (int64_t b = b_begin; ok && b < b_end; b++) {
         load_transposed(a->Bm, b, N, L, gb.Bt);
         load_transposed(a->Cm, b, N, L, gb.Ct);
-        s.dBt = job->dBm ? job->dBm + b * L * N : NULL;
-        s.dCt = job->dCm ? job->dCm + b * L * N : NULL;
+        s.dBt = job->sums.dBm ? job->sums.dBm + b * L * N : NULL;
+        s.dCt = job->sums.dCm ? job->sums.dCm + b * L * N : NULL;
         for (int64_t d0 = 0; d0 < D; d0 += G) {
             group q = group_of(a, &gb, b, d0);
             load_group(a, &q);
             backward_group(job, &q, &s);
             for (int64_t k = 0; k < q.channels; k++) {
                 const int64_t row = b * D + d0 + k;
-                for (int64_t n = 0; n < N; n++) job->dA[row * N + n] = s.dA[n * G + k];
-                job->dDv[row] = s.dDv[k];
-                job->dbias[row] = s.dbias[k];
+                for (int64_t n = 0; n < N; n++) job->sums.dA[row * N + n] = s.dA[n * G + k];
+                job->sums.dDv[row] = s.dDv[k];
+                job->sums.dbias[row] = s.dbias[k];
             }
         }
     }
@@ -485,52 +477,8 @@ static void backward_rows(void *context, int64_t b_begin, int64_t b_end)
     free_reverse(&s);
 }
 
-/* dBm, dCm (B, N, L) from the (B, L, N) sums over d. */
-static void store_transposed(const double *sum, tg_tensor *dst, int64_t B, int64_t N, int64_t L)
-{
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t n = 0; n < N; n++)
-            for (int64_t t = 0; t < L; t++)
-                tg_store(tg_bytes(dst), dst->dtype, b * dst->strides[0] + n * dst->strides[1] + t * dst->strides[2],
-                         sum[(b * L + t) * N + n]);
-}
-
-/* dA[d, n], dDv[d], ddelta_bias[d]: the rows' sums added over b in order. */
-static void store_channel_sums(const backward_job *job, int64_t B, int64_t D, int64_t N)
-{
-    const tg_scan_grads *g = job->g;
-    for (int64_t d = 0; d < D; d++) {
-        for (int64_t n = 0; g->dA && n < N; n++) {
-            double sum = 0.0;
-            for (int64_t b = 0; b < B; b++) sum += job->dA[(b * D + d) * N + n];
-            tg_store(tg_bytes(g->dA), g->dA->dtype, d * g->dA->strides[0] + n * g->dA->strides[1], sum);
-        }
-        double dDv = 0.0, dbias = 0.0;
-        for (int64_t b = 0; b < B; b++) dDv += job->dDv[b * D + d], dbias += job->dbias[b * D + d];
-        if (g->dDv) tg_store(tg_bytes(g->dDv), g->dDv->dtype, d * g->dDv->strides[0], dDv);
-        if (g->ddelta_bias) tg_store(tg_bytes(g->ddelta_bias), g->ddelta_bias->dtype, d * g->ddelta_bias->strides[0], dbias);
-    }
-}
-
 tg_status tg_cpu_selective_scan_bwd_float(const tg_scan_args *a, const tg_tensor *chunk_states, const tg_tensor *dout,
                                           const tg_tensor *dfinal, const tg_scan_grads *g)
 {
-    const int64_t B = a->u->shape[0], D = a->u->shape[1], L = a->u->shape[2], N = a->A->shape[1];
-    const size_t sums = (size_t)(B * N * L), rows = (size_t)(B * D);
-    backward_job job = {a, chunk_states, dout, dfinal, g, NULL, NULL, NULL, NULL, NULL, false};
-    if (g->dBm) job.dBm = calloc(sums, sizeof(double));
-    if (g->dCm) job.dCm = calloc(sums, sizeof(double));
-    job.dA = malloc(sizeof(double) * rows * (size_t)N);
-    job.dDv = malloc(sizeof(double) * rows);
-    job.dbias = malloc(sizeof(double) * rows);
-    bool ok = (!g->dBm || job.dBm) && (!g->dCm || job.dCm) && job.dA && job.dDv && job.dbias;
-    if (ok) tg_parallel_ranges(B, 1, backward_rows, &job);
-    ok = ok && !atomic_load(&job.out_of_memory);
-    if (ok) {
-        store_channel_sums(&job, B, D, N);
-        if (g->dBm) store_transposed(job.dBm, g->dBm, B, N, L);
-        if (g->dCm) store_transposed(job.dCm, g->dCm, B, N, L);
-    }
-    free(job.dBm), free(job.dCm), free(job.dA), free(job.dDv), free(job.dbias);
-    return ok ? TG_OK : tg_set_error(TG_ERR_NOMEM, "tg_selective_scan backward: out of memory for scratch buffers");
+    return scan_backward_run(a, chunk_states, dout, dfinal, g, backward_rows, true);
 }
