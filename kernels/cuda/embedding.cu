@@ -365,18 +365,34 @@ static grad_runs runs_of(const grad_scratch &s, const tg_tensor *dy, tg_tensor *
     return g;
 }
 
+// Outside a capture the backward may wait, so ids changed since the forward fail it
+// before dtable is touched; inside one, gather_keys records them for
+// tg_device_check_errors.
+static tg_status check_ids_unchanged(const tg_tensor *ids, int64_t vocab)
+{
+    if (tg_cuda_capturing()) return TG_OK;
+    int64_t position = -1, id = 0;
+    tg_status status = tg_cuda_embedding_find_bad_id(ids, vocab, &position, &id);
+    if (status != TG_OK || position < 0) return status;
+    return tg_set_error(TG_ERR_INVALID, "tg_embedding backward: id %lld at flat position %lld is outside [0, V) for "
+                                        "V = %lld (ids changed after the forward)", (long long)id,
+                        (long long)position, (long long)vocab);
+}
+
 extern "C" tg_status tg_cuda_embedding_bwd(const tg_tensor *dy, const tg_tensor *ids, tg_tensor *dtable)
 {
     const int64_t n = tg_numel(ids), vocab = dtable->shape[0], dim = dtable->shape[1];
     if (n == 0 || dim == 0) return TG_OK;
     if (vocab >= UINT32_MAX) return tg_set_error(TG_ERR_INVALID, "tg_embedding backward: %lld rows are too many for "
                                                                  "32-bit sort keys", (long long)vocab);
+    tg_status status = check_ids_unchanged(ids, vocab);
+    if (status != TG_OK) return status;
     tg_bad_input *record = tg_cuda_bad_input_record();
     if (!record) return TG_ERR_DEVICE;
     int end_bit = 1; // enough key bits for every key up to vocab (the key of a bad id)
     while (end_bit < 32 && ((int64_t)1 << end_bit) <= vocab) end_bit++;
     grad_scratch scratch;
-    tg_status status = alloc_scratch(scratch, n, vocab, dim, end_bit);
+    status = alloc_scratch(scratch, n, vocab, dim, end_bit);
     if (status != TG_OK) return status;
     const int64_t *strides[2] = {ids->strides, dy->strides}; // dy's leading dimensions are ids' shape
     tg_strided<2> plan = tg_strided_plan<2>(ids->ndim, ids->shape, strides);
