@@ -5,6 +5,7 @@
 #include "kernels/cuda/strided.cuh"
 
 #include <curand.h>
+#include <stdio.h>
 
 extern "C" int tg_cuda_device_count(void)
 {
@@ -30,6 +31,8 @@ extern "C" tg_status tg_cuda_free(void *ptr)
 
 // Copies that involve the host wait for them (the host buffer is ready, or free to reuse,
 // on return); a copy within the device is queued on the stream like a kernel.
+static tg_status refuse_wait_in_capture(const char *what);
+
 extern "C" tg_status tg_cuda_memcpy(void *dst, const void *src, size_t bytes, tg_copy_direction direction)
 {
     if (!bytes) return TG_OK;
@@ -37,6 +40,9 @@ extern "C" tg_status tg_cuda_memcpy(void *dst, const void *src, size_t bytes, tg
         TG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, tg_cuda_stream()));
         return TG_OK;
     }
+    tg_status refused = refuse_wait_in_capture(direction == TG_COPY_HOST_TO_DEVICE ? "a copy from the host"
+                                                                                   : "a copy to the host");
+    if (refused != TG_OK) return refused;
     cudaMemcpyKind kind = direction == TG_COPY_HOST_TO_DEVICE ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
     TG_CUDA_CHECK(cudaMemcpy(dst, src, bytes, kind));
     return TG_OK;
@@ -50,6 +56,8 @@ extern "C" tg_status tg_cuda_memset_zero(void *ptr, size_t bytes)
 
 extern "C" tg_status tg_cuda_synchronize(void)
 {
+    tg_status refused = refuse_wait_in_capture("a wait for the device");
+    if (refused != TG_OK) return refused;
     TG_CUDA_CHECK(cudaDeviceSynchronize());
     return TG_OK;
 }
@@ -249,8 +257,19 @@ done:
 // ---- stream capture into CUDA graphs ------------------------------------------------------------
 //
 // Relaxed capture: calls that are unsafe while another thread captures (cudaMalloc, say) stay
-// allowed; a call that would wait for the stream (a copy to the host) fails, and with it
-// the capture, which tg_cuda_capture_end then reports.
+// allowed. A call that would wait for the stream (a copy to or from the host) is refused
+// before it reaches CUDA, and the capture is marked broken: tg_cuda_capture_end then
+// throws the graph away and names the call.
+
+static char capture_broken_by[128]; // empty while the capture is sound
+
+static tg_status refuse_wait_in_capture(const char *what)
+{
+    if (!tg_cuda_capturing()) return TG_OK;
+    if (!capture_broken_by[0]) snprintf(capture_broken_by, sizeof capture_broken_by, "%s", what);
+    return tg_set_error(TG_ERR_STATE, "%s waits for the device, which a CUDA graph capture cannot record "
+                                      "(the capture is now broken: tg_graph_end will fail)", what);
+}
 
 extern "C" bool tg_cuda_capturing(void)
 {
@@ -264,6 +283,7 @@ extern "C" bool tg_cuda_capturing(void)
 
 extern "C" tg_status tg_cuda_capture_begin(void)
 {
+    capture_broken_by[0] = '\0';
     TG_CUDA_CHECK(cudaStreamBeginCapture(tg_cuda_stream(), cudaStreamCaptureModeRelaxed));
     return TG_OK;
 }
@@ -279,6 +299,13 @@ extern "C" tg_status tg_cuda_capture_end(void **exec, size_t *n_nodes)
         return tg_set_error(TG_ERR_DEVICE, "the capture failed: %s (a call during it waited for the device, or a "
                                            "kernel could not be recorded)",
                             cudaGetErrorString(error == cudaSuccess ? cudaErrorStreamCaptureInvalidated : error));
+    }
+    if (capture_broken_by[0]) {
+        cudaGraphDestroy(graph);
+        tg_status status = tg_set_error(TG_ERR_STATE, "the capture failed: %s was called during it, and waits for "
+                                                      "the device", capture_broken_by);
+        capture_broken_by[0] = '\0';
+        return status;
     }
     cudaGraphGetNodes(graph, NULL, n_nodes);
     cudaGraphExec_t instance = NULL;
@@ -327,6 +354,8 @@ extern "C" tg_status tg_cuda_take_bad_input(tg_bad_input *out)
 {
     *out = tg_bad_input{};
     if (!bad_input_record) return TG_OK; // nothing could have been recorded
+    tg_status refused = refuse_wait_in_capture("reading the record of bad inputs");
+    if (refused != TG_OK) return refused;
     tg_bad_input none = {};
     TG_CUDA_CHECK(cudaMemcpy(out, bad_input_record, sizeof *out, cudaMemcpyDeviceToHost));
     if (out->kind != TG_BAD_INPUT_NONE)
