@@ -22,8 +22,10 @@ version. The packages' setup.py files try to download prebuilt wheels; this scri
 runs them.
 """
 import argparse
+import concurrent.futures
 import glob
 import json
+import multiprocessing
 import os
 import shutil
 import sys
@@ -35,6 +37,9 @@ NVCC_FLAGS = [
     "-U__CUDA_NO_BFLOAT16_OPERATORS__", "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
     "-U__CUDA_NO_BFLOAT162_OPERATORS__", "-U__CUDA_NO_BFLOAT162_CONVERSIONS__",
     "--expt-relaxed-constexpr", "--expt-extended-lambda", "--use_fast_math", "-lineinfo",
+    # Compile each file's device code on several threads: the largest files (dozens of
+    # template instantiations) otherwise set the build's time alone.
+    "--split-compile=0",
 ]
 
 # extension name, the package it comes with, its sources inside the package, include dir
@@ -104,6 +109,7 @@ def main():
 
     wanted = set(filter(None, args.only.split(",")))
     info = {"torch": torch.__version__, "cuda": torch.version.cuda, "arch": args.arch, "packages": {}}
+    builds = []
     for name, package, sources, include in EXTENSIONS:
         root = unpack(args.sdist, package, out)
         info["packages"][package] = os.path.basename(root)
@@ -111,7 +117,13 @@ def main():
         if not os.path.isdir(target):
             shutil.copytree(os.path.join(root, package), target)
         if not wanted or name in wanted:
-            build(name, root, sources, include, out, args.arch)
+            builds.append((name, root, sources, include, out, args.arch))
+    # The two extensions build side by side, each in its own process (torch's builder
+    # keeps global state): the build then takes as long as the slower one.
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=len(builds) or 1, mp_context=context) as pool:
+        for done in [pool.submit(build, *b) for b in builds]:
+            done.result()
     with open(os.path.join(out, "peers.json"), "w") as f:
         json.dump(info, f, indent=1)
 
