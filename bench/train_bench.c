@@ -5,16 +5,18 @@
  *   ./train_bench [--device cpu|cuda|auto] [--sizes LIST] [--precision LIST] [--graph LIST]
  *                 [--steps N] [--warmup N] [--max-seconds S] [--profile] [--csv PATH]
  *
- * --sizes takes names or "layers,d_model,seq,batch,vocab" tuples, separated by ';':
+ * --sizes takes names or "layers,d_model,seq,batch,vocab[,d_state]" tuples (d_state 16 when
+ * left out), separated by ';':
  *   induction       2 layers, d_model 64, L 256, B 8, vocab 16 (the Mamba paper's model)
  *   induction-b32   the same at B 32 (train_induction's default batch)
  *   char-small      4, 256, 256, 32, 64
  *   selective-copy  2, 64, 4096, 64, 16 (the paper's length)
  *   130m            24, 768, 2048, 8, 256 (the shape of Mamba-130M, a byte vocabulary)
- * Default: all five. --precision takes f32 and bf16 (bf16: parameters stored in bf16 with
+ *   demo            2, 32, 32, 32, 16 with d_state 8 (the README's demo model)
+ * Default: the first five. --precision takes f32 and bf16 (bf16: parameters stored in bf16 with
  * the optimizer's f32 master copy). --graph takes off and on (on: the step captured once as
  * a CUDA graph after a first step run directly, then replayed; CUDA only). The model is the
- * training programs' (expand 2, d_conv 4, d_state 16, tied head); the tokens are random,
+ * training programs' (expand 2, d_conv 4, tied head); the tokens are random,
  * every position scored. The batch is copied into two device tensors made once.
  *
  * Each step is timed on its own (host clock, the device synchronised after the step), after
@@ -42,14 +44,16 @@
 
 typedef struct {
     char name[112];
-    int64_t layers, d_model, seq, batch, vocab;
+    int64_t layers, d_model, seq, batch, vocab, d_state;
 } model_size;
 
+/* The first DEFAULT_SIZES are the default list. */
 static const model_size known_sizes[] = {
-    {"induction", 2, 64, 256, 8, 16},        {"induction-b32", 2, 64, 256, 32, 16},
-    {"char-small", 4, 256, 256, 32, 64},     {"selective-copy", 2, 64, 4096, 64, 16},
-    {"130m", 24, 768, 2048, 8, 256},
+    {"induction", 2, 64, 256, 8, 16, 16},        {"induction-b32", 2, 64, 256, 32, 16, 16},
+    {"char-small", 4, 256, 256, 32, 64, 16},     {"selective-copy", 2, 64, 4096, 64, 16, 16},
+    {"130m", 24, 768, 2048, 8, 256, 16},         {"demo", 2, 32, 32, 32, 16, 8},
 };
+#define DEFAULT_SIZES 5
 
 typedef struct {
     tg_device device;
@@ -89,14 +93,14 @@ static bool parse_size(const char *text, model_size *size)
             *size = known_sizes[i];
             return true;
         }
-    long long v[5];
-    int used = 0;
-    if (sscanf(text, "%lld,%lld,%lld,%lld,%lld%n", &v[0], &v[1], &v[2], &v[3], &v[4], &used) != 5 || text[used])
-        return false;
-    for (int i = 0; i < 5; i++)
+    long long v[6] = {0, 0, 0, 0, 0, 16};
+    int used = 0, fields = sscanf(text, "%lld,%lld,%lld,%lld,%lld%n,%lld%n", &v[0], &v[1], &v[2], &v[3], &v[4], &used,
+                                  &v[5], &used);
+    if (fields < 5 || text[used]) return false;
+    for (int i = 0; i < 6; i++)
         if (v[i] < 1) return false;
-    *size = (model_size){"", v[0], v[1], v[2], v[3], v[4]};
-    snprintf(size->name, sizeof size->name, "%lld,%lld,%lld,%lld,%lld", v[0], v[1], v[2], v[3], v[4]);
+    *size = (model_size){"", v[0], v[1], v[2], v[3], v[4], v[5]};
+    snprintf(size->name, sizeof size->name, "%.100s", text);
     return true;
 }
 
@@ -105,7 +109,7 @@ static int parse_sizes(char *list, options *opt)
     opt->n_sizes = 0;
     for (char *item = strtok(list, ";"); item; item = strtok(NULL, ";")) {
         if (opt->n_sizes == MAX_CASES) return usage("too many sizes");
-        if (!parse_size(item, &opt->sizes[opt->n_sizes++])) return usage("a size is a name or L,D,SEQ,B,V");
+        if (!parse_size(item, &opt->sizes[opt->n_sizes++])) return usage("a size is a name or L,D,SEQ,B,V[,N]");
     }
     return opt->n_sizes ? 0 : usage("--sizes is empty");
 }
@@ -134,7 +138,7 @@ static int parse(int argc, char **argv, options *opt)
 {
     *opt = (options){.device = TG_DEVICE_AUTO, .precisions = {TG_F32, TG_BF16}, .n_precisions = 2,
                      .graphs = {false, true}, .n_graphs = 2, .steps = 30, .warmup = 5, .max_seconds = 20};
-    for (size_t i = 0; i < sizeof known_sizes / sizeof known_sizes[0]; i++) opt->sizes[opt->n_sizes++] = known_sizes[i];
+    for (int i = 0; i < DEFAULT_SIZES; i++) opt->sizes[opt->n_sizes++] = known_sizes[i];
     for (int i = 1; i < argc; i++) {
         const char *flag = argv[i];
         if (!strcmp(flag, "--profile")) {
@@ -224,7 +228,7 @@ static bool open_case(bench_case *c, tg_device device, const model_size *size, t
     tg_rng rng;
     tg_rng_seed(&rng, 1);
     tg_mamba_config config = {.vocab_size = size->vocab, .d_model = size->d_model, .n_layer = size->layers,
-                              .dtype = dtype};
+                              .d_state = size->d_state, .dtype = dtype};
     tg_optim_config oc = tg_adamw_config(1e-3);
     oc.weight_decay = 0.1;
     oc.max_grad_norm = 1.0;
