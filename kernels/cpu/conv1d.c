@@ -2,133 +2,209 @@
  *
  * Each (b, c) row is handled on its own: the row of xe (history + x, length K−1+L) is
  * gathered once into a scratch buffer, so the tap loops read contiguous memory whatever
- * the layout of x (channel-first, channel-last or any other strides). */
+ * the layout of x (channel-first, channel-last or any other strides). The channels are
+ * split over CPU threads: a channel's rows, and its dweight and dbias sums (over b, then t,
+ * in that fixed order), belong to one thread, so the split changes no result. */
 #include "kernels/conv1d.h"
 #include "kernels/cpu/scalar_math.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
-/* Element (i0, i1, i2) of a rank-3 tensor, as a double. */
-static double at3(const tg_tensor *t, int64_t i0, int64_t i1, int64_t i2)
+/* n elements of t from element offset `at`, `step` apart, as doubles (one dtype switch). */
+static void load_row(const tg_tensor *t, int64_t at, int64_t step, int64_t n, double *out)
 {
-    return tg_load(tg_bytes(t), t->dtype, i0 * t->strides[0] + i1 * t->strides[1] + i2 * t->strides[2]);
+    const char *base = tg_bytes(t);
+    switch (t->dtype) {
+    case TG_F32:
+        for (int64_t i = 0; i < n; i++) out[i] = ((const float *)base)[at + i * step];
+        break;
+    case TG_F64:
+        for (int64_t i = 0; i < n; i++) out[i] = ((const double *)base)[at + i * step];
+        break;
+    default:
+        for (int64_t i = 0; i < n; i++) out[i] = tg_load(base, t->dtype, at + i * step);
+    }
 }
 
-static void put3(tg_tensor *t, int64_t i0, int64_t i1, int64_t i2, double v)
+/* The inverse of load_row: each value rounded once to t's dtype. */
+static void store_row(tg_tensor *t, int64_t at, int64_t step, int64_t n, const double *values)
 {
-    tg_store(tg_bytes(t), t->dtype, i0 * t->strides[0] + i1 * t->strides[1] + i2 * t->strides[2], v);
+    char *base = tg_bytes(t);
+    switch (t->dtype) {
+    case TG_F32:
+        for (int64_t i = 0; i < n; i++) ((float *)base)[at + i * step] = (float)values[i];
+        break;
+    case TG_F64:
+        for (int64_t i = 0; i < n; i++) ((double *)base)[at + i * step] = values[i];
+        break;
+    default:
+        for (int64_t i = 0; i < n; i++) tg_store(base, t->dtype, at + i * step, values[i]);
+    }
 }
 
-static double at2(const tg_tensor *t, int64_t i0, int64_t i1)
+/* Row (b, c) of a rank-3 tensor, along its last dimension. */
+static void load_row3(const tg_tensor *t, int64_t b, int64_t c, int64_t n, double *out)
 {
-    return tg_load(tg_bytes(t), t->dtype, i0 * t->strides[0] + i1 * t->strides[1]);
+    load_row(t, b * t->strides[0] + c * t->strides[1], t->strides[2], n, out);
 }
 
-static double at1(const tg_tensor *t, int64_t i0) { return tg_load(tg_bytes(t), t->dtype, i0 * t->strides[0]); }
+static void store_row3(tg_tensor *t, int64_t b, int64_t c, int64_t n, const double *values)
+{
+    store_row(t, b * t->strides[0] + c * t->strides[1], t->strides[2], n, values);
+}
 
 /* xe for row (b, c): K−1 history steps, then the L steps of x. */
 static void gather_row(const tg_conv1d_args *a, int64_t b, int64_t c, int64_t K, int64_t L, double *xe)
 {
-    for (int64_t j = 0; j < K - 1; j++) xe[j] = a->initial_states ? at3(a->initial_states, b, c, j) : 0.0;
-    for (int64_t t = 0; t < L; t++) xe[K - 1 + t] = at3(a->x, b, c, t);
+    if (a->initial_states) load_row3(a->initial_states, b, c, K - 1, xe);
+    else for (int64_t j = 0; j < K - 1; j++) xe[j] = 0.0;
+    load_row3(a->x, b, c, L, xe + K - 1);
 }
 
-static double pre_activation(const double *xe, const double *w, int64_t K, double bias, int64_t t)
+/* z[t] = bias + Σ_k w[k]·xe[t+k] for every t of the row. */
+static void pre_activations(const double *xe, const double *w, int64_t K, double bias, int64_t L, double *z)
 {
-    double z = bias;
-    for (int64_t k = 0; k < K; k++) z += w[k] * xe[t + k];
-    return z;
+    for (int64_t t = 0; t < L; t++) {
+        double sum = bias;
+        for (int64_t k = 0; k < K; k++) sum += w[k] * xe[t + k];
+        z[t] = sum;
+    }
 }
 
 /* Weight row c and bias c as doubles. */
 static double load_channel(const tg_conv1d_args *a, int64_t c, int64_t K, double *w)
 {
-    for (int64_t k = 0; k < K; k++) w[k] = at2(a->weight, c, k);
-    return a->bias ? at1(a->bias, c) : 0.0;
+    load_row(a->weight, c * a->weight->strides[0], a->weight->strides[1], K, w);
+    return a->bias ? tg_load(tg_bytes(a->bias), a->bias->dtype, c * a->bias->strides[0]) : 0.0;
+}
+
+/* A row buffer of n doubles (at least one, so that an empty row is no failure). */
+static double *alloc_doubles(int64_t n) { return malloc(sizeof(double) * (size_t)(n > 0 ? n : 1)); }
+
+/* What a range of channels needs: the arguments, the outputs, a failure flag. */
+typedef struct {
+    const tg_conv1d_args *a;
+    const tg_tensor *dout, *dfinal;
+    tg_tensor *out, *final_states, *dx, *dweight, *dbias, *dinitial;
+    atomic_bool out_of_memory;
+} conv_job;
+
+static void forward_channels(void *context, int64_t c_begin, int64_t c_end)
+{
+    conv_job *job = context;
+    const tg_conv1d_args *a = job->a;
+    const int64_t B = a->x->shape[0], L = a->x->shape[2], K = a->weight->shape[1];
+    double *xe = alloc_doubles(K - 1 + L), *z = alloc_doubles(L), *w = alloc_doubles(K);
+    if (!xe || !z || !w) atomic_store(&job->out_of_memory, true);
+    for (int64_t c = c_begin; xe && z && w && c < c_end; c++) {
+        double bias = load_channel(a, c, K, w);
+        for (int64_t b = 0; b < B; b++) {
+            gather_row(a, b, c, K, L, xe);
+            pre_activations(xe, w, K, bias, L, z);
+            if (a->activation == TG_ACT_SILU)
+                for (int64_t t = 0; t < L; t++) z[t] *= tg_sigmoid_of(z[t]);
+            store_row3(job->out, b, c, L, z);
+            if (job->final_states) store_row3(job->final_states, b, c, K - 1, xe + L);
+        }
+    }
+    free(xe), free(z), free(w);
 }
 
 tg_status tg_cpu_causal_conv1d_fwd(const tg_conv1d_args *a, tg_tensor *out, tg_tensor *final_states)
 {
-    const int64_t B = a->x->shape[0], C = a->x->shape[1], L = a->x->shape[2], K = a->weight->shape[1];
-    double *xe = malloc(sizeof(double) * (size_t)(K - 1 + L)), *w = malloc(sizeof(double) * (size_t)K);
-    if (!xe || !w) {
-        free(xe);
-        free(w);
-        return tg_set_error(TG_ERR_NOMEM, "tg_causal_conv1d: out of memory for a row buffer");
-    }
-    for (int64_t c = 0; c < C; c++) {
-        double bias = load_channel(a, c, K, w);
-        for (int64_t b = 0; b < B; b++) {
-            gather_row(a, b, c, K, L, xe);
-            for (int64_t t = 0; t < L; t++) {
-                double z = pre_activation(xe, w, K, bias, t);
-                put3(out, b, c, t, a->activation == TG_ACT_SILU ? z * tg_sigmoid_of(z) : z);
-            }
-            for (int64_t j = 0; final_states && j < K - 1; j++) put3(final_states, b, c, j, xe[L + j]);
-        }
-    }
-    free(xe);
-    free(w);
+    conv_job job = {.a = a, .out = out, .final_states = final_states};
+    const int64_t work_per_channel = a->x->shape[0] * a->x->shape[2];
+    tg_parallel_ranges(a->x->shape[1], 1 + 4096 / (work_per_channel + 1), forward_channels, &job);
+    if (atomic_load(&job.out_of_memory)) return tg_set_error(TG_ERR_NOMEM, "tg_causal_conv1d: out of memory for a row buffer");
     return TG_OK;
 }
 
-/* g[t] = dout[t] · act'(z[t]), recomputing z from xe (the activation is never saved). */
-static void output_gradient(const tg_conv1d_args *a, const tg_tensor *dout, int64_t b, int64_t c, const double *xe,
-                            const double *w, double bias, int64_t K, int64_t L, double *g)
+/* One thread's row buffers for the backward. */
+typedef struct {
+    double *xe, *dxe; /* K−1+L */
+    double *g;        /* L: the gradient at z */
+    double *d;        /* max(L, K−1): the pre-activations, then dfinal_states' row */
+    double *w, *dw;   /* K */
+} conv_scratch;
+
+static bool scratch_alloc(conv_scratch *s, int64_t K, int64_t L)
 {
+    *s = (conv_scratch){alloc_doubles(K - 1 + L), alloc_doubles(K - 1 + L), alloc_doubles(L), alloc_doubles(L > K - 1 ? L : K - 1),
+                        alloc_doubles(K), alloc_doubles(K)};
+    return s->xe && s->dxe && s->g && s->d && s->w && s->dw;
+}
+
+static void scratch_free(conv_scratch *s) { free(s->xe), free(s->dxe), free(s->g), free(s->d), free(s->w), free(s->dw); }
+
+/* g[t] = dout[t] · act'(z[t]), recomputing z from xe (the activation is never saved). */
+static void output_gradient(const conv_job *job, int64_t b, int64_t c, double bias, int64_t K, int64_t L,
+                            conv_scratch *s)
+{
+    if (job->dout) load_row3(job->dout, b, c, L, s->g);
+    else for (int64_t t = 0; t < L; t++) s->g[t] = 0.0;
+    if (job->a->activation != TG_ACT_SILU) return;
+    pre_activations(s->xe, s->w, K, bias, L, s->d);
+    for (int64_t t = 0; t < L; t++) s->g[t] *= tg_silu_derivative(s->d[t]);
+}
+
+/* Row (b, c)'s share of dweight and dbias, and its dx and dinitial_states. */
+static void backward_row(const conv_job *job, int64_t b, int64_t c, double bias, double *db, conv_scratch *s)
+{
+    const tg_conv1d_args *a = job->a;
+    const int64_t L = a->x->shape[2], K = a->weight->shape[1], E = K - 1 + L;
+    gather_row(a, b, c, K, L, s->xe);
+    output_gradient(job, b, c, bias, K, L, s);
+    const double *g = s->g, *xe = s->xe, *w = s->w;
+    /* dw[k] = Σ_t g[t]·xe[t+k]; dbias = Σ_t g[t] */
     for (int64_t t = 0; t < L; t++) {
-        double d = dout ? at3(dout, b, c, t) : 0.0;
-        if (a->activation == TG_ACT_SILU) d *= tg_silu_derivative(pre_activation(xe, w, K, bias, t));
-        g[t] = d;
+        *db += g[t];
+        for (int64_t k = 0; k < K; k++) s->dw[k] += g[t] * xe[t + k];
     }
+    /* dxe[s] = Σ_k w[k]·g[s−k] (the reversed, shifted sum), plus the gradient of
+     * final_states, which are xe[L .. L+K−2]. */
+    if (job->dfinal) load_row3(job->dfinal, b, c, K - 1, s->d);
+    for (int64_t e = 0; e < E; e++) {
+        double sum = 0.0;
+        const int64_t k_lo = e - L + 1 > 0 ? e - L + 1 : 0, k_hi = e < K - 1 ? e : K - 1;
+        for (int64_t k = k_lo; k <= k_hi; k++) sum += w[k] * g[e - k];
+        if (job->dfinal && e >= L) sum += s->d[e - L];
+        s->dxe[e] = sum;
+    }
+    if (job->dx) store_row3(job->dx, b, c, L, s->dxe + K - 1);
+    if (job->dinitial) store_row3(job->dinitial, b, c, K - 1, s->dxe);
+}
+
+static void backward_channels(void *context, int64_t c_begin, int64_t c_end)
+{
+    conv_job *job = context;
+    const tg_conv1d_args *a = job->a;
+    const int64_t B = a->x->shape[0], L = a->x->shape[2], K = a->weight->shape[1];
+    conv_scratch s;
+    if (!scratch_alloc(&s, K, L)) {
+        atomic_store(&job->out_of_memory, true);
+        scratch_free(&s);
+        return;
+    }
+    for (int64_t c = c_begin; c < c_end; c++) {
+        double bias = load_channel(a, c, K, s.w), db = 0.0;
+        for (int64_t k = 0; k < K; k++) s.dw[k] = 0.0;
+        for (int64_t b = 0; b < B; b++) backward_row(job, b, c, bias, &db, &s); /* fixed order: deterministic sums */
+        if (job->dweight) store_row(job->dweight, c * job->dweight->strides[0], job->dweight->strides[1], K, s.dw);
+        if (job->dbias) tg_store(tg_bytes(job->dbias), job->dbias->dtype, c * job->dbias->strides[0], db);
+    }
+    scratch_free(&s);
 }
 
 tg_status tg_cpu_causal_conv1d_bwd(const tg_conv1d_args *a, const tg_tensor *dout, const tg_tensor *dfinal,
                                    tg_tensor *dx, tg_tensor *dweight, tg_tensor *dbias, tg_tensor *dinitial)
 {
-    const int64_t B = a->x->shape[0], C = a->x->shape[1], L = a->x->shape[2], K = a->weight->shape[1];
-    const int64_t E = K - 1 + L; /* length of xe */
-    double *xe = malloc(sizeof(double) * (size_t)E), *dxe = malloc(sizeof(double) * (size_t)E);
-    double *g = malloc(sizeof(double) * (size_t)L), *w = malloc(sizeof(double) * (size_t)K);
-    double *dw = malloc(sizeof(double) * (size_t)K);
-    tg_status status = TG_OK;
-    if (!xe || !dxe || !g || !w || !dw) {
-        status = tg_set_error(TG_ERR_NOMEM, "tg_causal_conv1d backward: out of memory for a row buffer");
-        goto done;
-    }
-    for (int64_t c = 0; c < C; c++) {
-        double bias = load_channel(a, c, K, w), db = 0.0;
-        for (int64_t k = 0; k < K; k++) dw[k] = 0.0;
-        for (int64_t b = 0; b < B; b++) { /* fixed order over b and t: deterministic sums */
-            gather_row(a, b, c, K, L, xe);
-            output_gradient(a, dout, b, c, xe, w, bias, K, L, g);
-            /* dw[k] = Σ_t g[t]·xe[t+k]; dbias = Σ_t g[t] */
-            for (int64_t t = 0; t < L; t++) {
-                db += g[t];
-                for (int64_t k = 0; k < K; k++) dw[k] += g[t] * xe[t + k];
-            }
-            /* dxe[s] = Σ_k w[k]·g[s−k] (the reversed, shifted sum), plus the gradient of
-             * final_states, which are xe[L .. L+K−2]. */
-            for (int64_t s = 0; s < E; s++) {
-                double sum = 0.0;
-                for (int64_t k = 0; k < K; k++)
-                    if (s - k >= 0 && s - k < L) sum += w[k] * g[s - k];
-                if (dfinal && s >= L) sum += at3(dfinal, b, c, s - L);
-                dxe[s] = sum;
-            }
-            for (int64_t t = 0; dx && t < L; t++) put3(dx, b, c, t, dxe[K - 1 + t]);
-            for (int64_t j = 0; dinitial && j < K - 1; j++) put3(dinitial, b, c, j, dxe[j]);
-        }
-        for (int64_t k = 0; dweight && k < K; k++)
-            tg_store(tg_bytes(dweight), dweight->dtype, c * dweight->strides[0] + k * dweight->strides[1], dw[k]);
-        if (dbias) tg_store(tg_bytes(dbias), dbias->dtype, c * dbias->strides[0], db);
-    }
-done:
-    free(xe);
-    free(dxe);
-    free(g);
-    free(w);
-    free(dw);
-    return status;
+    conv_job job = {.a = a, .dout = dout, .dfinal = dfinal, .dx = dx, .dweight = dweight, .dbias = dbias,
+                    .dinitial = dinitial};
+    const int64_t work_per_channel = a->x->shape[0] * a->x->shape[2];
+    tg_parallel_ranges(a->x->shape[1], 1 + 2048 / (work_per_channel + 1), backward_channels, &job);
+    if (atomic_load(&job.out_of_memory))
+        return tg_set_error(TG_ERR_NOMEM, "tg_causal_conv1d backward: out of memory for a row buffer");
+    return TG_OK;
 }
