@@ -2,6 +2,7 @@
  * (deterministic). */
 #include "kernels/reduce.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* x's shape and strides with `axis` moved to the end, so each row of the walk is one
@@ -36,12 +37,39 @@ static double sum_all(const tg_tensor *x)
     return sum;
 }
 
+/* The sum over `axis` of a contiguous f32 x into a contiguous out, seen as (outer, axis,
+ * inner): each output's double sum runs over the axis in index order, as in the general
+ * walk (the same bits), but whole inner rows at a time, which the compiler vectorises.
+ * false (nothing done) when the layouts or the memory for the sums do not allow it. */
+static bool sum_contiguous_f32(const tg_tensor *x, int axis, double scale, tg_tensor *out)
+{
+    if (x->dtype != TG_F32 || !tg_is_contiguous(x) || !tg_is_contiguous(out)) return false;
+    int64_t outer = 1, inner = 1, n = x->shape[axis];
+    for (int i = 0; i < axis; i++) outer *= x->shape[i];
+    for (int i = axis + 1; i < x->ndim; i++) inner *= x->shape[i];
+    double *sums = malloc(sizeof(double) * (size_t)(inner > 0 ? inner : 1));
+    if (!sums) return false;
+    const float *xf = (const float *)tg_bytes(x);
+    char *ob = tg_bytes(out);
+    for (int64_t o = 0; o < outer; o++) {
+        for (int64_t i = 0; i < inner; i++) sums[i] = 0.0;
+        for (int64_t a = 0; a < n; a++) {
+            const float *row = xf + (o * n + a) * inner;
+            for (int64_t i = 0; i < inner; i++) sums[i] += row[i];
+        }
+        for (int64_t i = 0; i < inner; i++) tg_store(ob, out->dtype, o * inner + i, scale * sums[i]);
+    }
+    free(sums);
+    return true;
+}
+
 tg_status tg_cpu_sum_axis(const tg_tensor *x, int axis, double scale, tg_tensor *out)
 {
     if (axis == TG_AXIS_ALL) {
         tg_store(tg_bytes(out), out->dtype, 0, scale * sum_all(x));
         return TG_OK;
     }
+    if (sum_contiguous_f32(x, axis, scale, out)) return TG_OK;
     int64_t shape[TG_MAX_DIMS], xs[TG_MAX_DIMS], os[TG_MAX_DIMS] = {0};
     axis_last(x, axis, shape, xs);
     tg_contiguous_strides(x->ndim - 1, shape, os); /* out's strides over the kept dims; 0 on the axis */
