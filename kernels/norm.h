@@ -12,7 +12,8 @@ extern "C" {
 /* y = x · r · weight per row, with r = 1 / sqrt(mean(x²) + eps); y is contiguous. */
 typedef tg_status (*tg_rmsnorm_fwd_kernel)(const tg_tensor *x, const tg_tensor *weight, double eps, tg_tensor *y);
 /* Given dy (any layout), writes dx (contiguous, x's shape) and dw (contiguous, (D)); either
- * may be NULL when that gradient is not wanted. dw is summed over rows in row order. */
+ * may be NULL when that gradient is not wanted. dw is summed over blocks of 64 rows in row
+ * order, then over the blocks in order (the same bits for any thread count). */
 typedef tg_status (*tg_rmsnorm_bwd_kernel)(const tg_tensor *x, const tg_tensor *weight, double eps,
                                            const tg_tensor *dy, tg_tensor *dx, tg_tensor *dw);
 

@@ -7,6 +7,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 typedef enum { LAYOUT_CHANNEL_FIRST, LAYOUT_CHANNEL_LAST, LAYOUT_STRIDED } layout;
 static const char *const layout_names[] = {"channel-first", "channel-last", "strided"};
@@ -195,6 +196,37 @@ Test(conv1d, backward_is_deterministic)
     }
     for (int i = 0; i < C * K; i++) cr_assert_eq(first[i], again[i], "dw[%d] differs between runs", i);
     tg_tape_free(tape);
+}
+
+/* The channels are split over CPU threads: 1, 2, 3 or many threads give the same bits
+ * for the output and every gradient, channel-first and channel-last. */
+Test(conv1d, thread_count_changes_nothing)
+{
+    for (int channel_last = 0; channel_last < 2; channel_last++) {
+        tg_tape *tape = tg_tape_create();
+        int64_t B = tt_randint(1, 4), C = tt_randint(2, 70), L = tt_randint(1, 90), K = tt_randint(1, 5);
+        tg_tensor *x = x_leaf(tape, TG_F32, channel_last ? LAYOUT_CHANNEL_LAST : LAYOUT_CHANNEL_FIRST, B, C, L);
+        tg_tensor *w = tt_leaf(tape, TG_F32, 2, (int64_t[]){C, K}), *bias = tt_leaf(tape, TG_F32, 1, (int64_t[]){C});
+        tg_tensor *dout = tt_randn(tape, TG_F32, 3, (int64_t[]){B, C, L});
+        const int64_t n = B * C * L, counts[4] = {n, n, C * K, C};
+        float *base = malloc(sizeof(float) * (size_t)(2 * n + C * K + C)), *now = malloc(sizeof(float) * (size_t)(2 * n + C * K + C));
+        const int threads[] = {1, 2, 3, 16};
+        for (size_t k = 0; k < sizeof threads / sizeof threads[0]; k++) {
+            tg_set_num_threads(threads[k]);
+            tg_zero_grad(x), tg_zero_grad(w), tg_zero_grad(bias);
+            tg_tensor *out = tg_causal_conv1d(tape, x, w, &(tg_causal_conv1d_options){bias, NULL, TG_ACT_SILU, NULL});
+            cr_assert(out && tg_backward_with_grad(tape, out, dout) == TG_OK, "%s", tg_last_error());
+            float *values = k ? now : base;
+            const tg_tensor *results[4] = {out, x->grad, w->grad, bias->grad};
+            for (int r = 0, at = 0; r < 4; at += (int)counts[r], r++) tg_copy_to_host(results[r], values + at, TG_F32);
+            for (int64_t i = 0; k && i < 2 * n + C * K + C; i++)
+                cr_assert(now[i] == base[i], "%d threads vs 1, %s: value %lld: %.9g vs %.9g", threads[k],
+                          layout_names[channel_last], (long long)i, now[i], base[i]);
+        }
+        tg_set_num_threads(0);
+        free(base), free(now);
+        tg_tape_free(tape);
+    }
 }
 
 /* f32 against f64, forward and every gradient, channel-first and channel-last. */

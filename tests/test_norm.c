@@ -6,6 +6,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* A random eps spread over several decades, 1e-6 .. 1e-1. */
@@ -168,6 +169,37 @@ Test(rmsnorm, weight_gradient_is_deterministic)
     run_rmsnorm(tape, x, w1, lw, 1e-6);
     run_rmsnorm(tape, x, w2, lw, 1e-6);
     cr_assert_eq(memcmp(tg_data(w1->grad), tg_data(w2->grad), sizeof(float) * (size_t)shape[1]), 0);
+    tg_tape_free(tape);
+}
+
+/* Rows are split over CPU threads and dw is summed in fixed blocks of rows: 1, 2, 3 or
+ * many threads give the same bits for y, dx and dw (rows enough for several blocks, and
+ * dy in a transposed layout). */
+Test(rmsnorm, thread_count_changes_nothing)
+{
+    tg_tape *tape = tg_tape_create();
+    int64_t shape[3] = {tt_randint(2, 5), tt_randint(30, 90), tt_randint(1, 70)};
+    tg_tensor *x = tt_leaf(tape, TG_F32, 3, shape), *lw = tt_randn(tape, TG_F32, 3, shape);
+    tg_tensor *w_init = tt_randn(tape, TG_F32, 1, &shape[2]);
+    const int64_t n = shape[0] * shape[1] * shape[2];
+    float *base = malloc(sizeof(float) * (size_t)(2 * n + shape[2])), *now = malloc(sizeof *now * (size_t)(2 * n + shape[2]));
+    const int threads[] = {1, 2, 3, 16};
+    for (size_t k = 0; k < sizeof threads / sizeof threads[0]; k++) {
+        tg_set_num_threads(threads[k]);
+        tg_zero_grad(x);
+        tg_tensor *w = leaf_copy(tape, w_init, TG_F32);
+        tg_tensor *y = run_rmsnorm(tape, x, w, lw, 1e-5);
+        float *out = k ? now : base;
+        tg_copy_to_host(y, out, TG_F32);
+        tg_copy_to_host(x->grad, out + n, TG_F32);
+        tg_copy_to_host(w->grad, out + 2 * n, TG_F32);
+        for (int64_t i = 0; k && i < 2 * n + shape[2]; i++)
+            cr_assert(now[i] == base[i], "%d threads vs 1: %s[%lld]: %.9g vs %.9g", threads[k],
+                      i < n ? "y" : i < 2 * n ? "dx" : "dw", (long long)(i < n ? i : i < 2 * n ? i - n : i - 2 * n),
+                      now[i], base[i]);
+    }
+    tg_set_num_threads(0);
+    free(base), free(now);
     tg_tape_free(tape);
 }
 

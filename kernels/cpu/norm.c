@@ -1,104 +1,158 @@
 /* kernels/cpu/norm.c: fused RMS normalisation on strided CPU tensors, in double.
- * Each kernel walks x row by row (a row is the last dimension); the weight is an extra
- * operand whose stride is 0 along every leading dimension, so any layout works. */
+ * x is a list of rows (a row is the last dimension, D long). Each row is read into a
+ * double buffer with one dtype switch, worked on there, and written back once; the rows
+ * are split over CPU threads. dw, a sum over rows, is summed per block of
+ * ROWS_PER_BLOCK rows and then over the blocks in order, so no thread count changes it. */
 #include "kernels/norm.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
-/* The weight's strides in x's index space: it only moves along the last dimension. */
-static void weight_strides(const tg_tensor *x, const tg_tensor *weight, int64_t *strides)
+enum { ROWS_PER_BLOCK = 64 };
+
+/* Where row r of t starts: r taken apart over t's leading dimensions. */
+static int64_t row_start(const tg_tensor *t, int64_t r)
 {
-    for (int i = 0; i < x->ndim - 1; i++) strides[i] = 0;
-    strides[x->ndim - 1] = weight->strides[0];
+    int64_t offset = 0;
+    for (int i = t->ndim - 2; i >= 0; i--) {
+        offset += (r % t->shape[i]) * t->strides[i];
+        r /= t->shape[i];
+    }
+    return offset;
 }
 
-/* r = 1 / sqrt(mean(x²) + eps) over one row of n elements. */
-static double inverse_rms(const char *xb, tg_dtype dtype, int64_t start, int64_t stride, int64_t n, double eps)
+/* n elements of t from `at`, `step` apart, as doubles (one dtype switch). */
+static void load_row(const tg_tensor *t, int64_t at, int64_t step, int64_t n, double *out)
+{
+    const char *base = tg_bytes(t);
+    if (t->dtype == TG_F32)
+        for (int64_t i = 0; i < n; i++) out[i] = ((const float *)base)[at + i * step];
+    else
+        for (int64_t i = 0; i < n; i++) out[i] = tg_load(base, t->dtype, at + i * step);
+}
+
+static void store_row(tg_tensor *t, int64_t at, int64_t step, int64_t n, const double *values)
+{
+    char *base = tg_bytes(t);
+    if (t->dtype == TG_F32)
+        for (int64_t i = 0; i < n; i++) ((float *)base)[at + i * step] = (float)values[i];
+    else
+        for (int64_t i = 0; i < n; i++) tg_store(base, t->dtype, at + i * step, values[i]);
+}
+
+/* Row r of a tensor of x's shape, along its last dimension. */
+static void load_x_row(const tg_tensor *t, int64_t r, int64_t d, double *out)
+{
+    load_row(t, row_start(t, r), t->strides[t->ndim - 1], d, out);
+}
+
+/* r = 1 / sqrt(mean(x²) + eps) over one row. */
+static double inverse_rms(const double *x, int64_t d, double eps)
 {
     double sum_sq = 0;
-    for (int64_t j = 0; j < n; j++) {
-        double v = tg_load(xb, dtype, start + j * stride);
-        sum_sq += v * v;
+    for (int64_t j = 0; j < d; j++) sum_sq += x[j] * x[j];
+    return 1.0 / sqrt(sum_sq / (double)d + eps);
+}
+
+typedef struct {
+    const tg_tensor *x, *weight, *dy;
+    tg_tensor *y, *dx;
+    double eps;
+    int64_t d;
+    double *dw_blocks;  /* [blocks][d]: each block's share of dw, or NULL */
+    atomic_bool out_of_memory;
+} norm_job;
+
+/* Three row buffers of d doubles and the weight as doubles; false when out of memory. */
+static double *alloc_rows(const norm_job *job, int count)
+{
+    double *rows = malloc(sizeof(double) * (size_t)(job->d > 0 ? job->d : 1) * (size_t)count);
+    if (rows) load_row(job->weight, 0, job->weight->strides[0], job->d, rows);
+    return rows;
+}
+
+static void forward_rows(void *context, int64_t begin, int64_t end)
+{
+    norm_job *job = context;
+    const int64_t d = job->d;
+    double *w = alloc_rows(job, 2), *x = w + d;
+    if (!w) {
+        atomic_store(&job->out_of_memory, true);
+        return;
     }
-    return 1.0 / sqrt(sum_sq / (double)n + eps);
+    for (int64_t r = begin; r < end; r++) {
+        load_x_row(job->x, r, d, x);
+        double inv = inverse_rms(x, d, job->eps);
+        for (int64_t j = 0; j < d; j++) x[j] = x[j] * inv * w[j];
+        store_row(job->y, row_start(job->y, r), job->y->strides[job->y->ndim - 1], d, x);
+    }
+    free(w);
 }
 
 tg_status tg_cpu_rmsnorm_fwd(const tg_tensor *x, const tg_tensor *weight, double eps, tg_tensor *y)
 {
-    int64_t ws[TG_MAX_DIMS];
-    weight_strides(x, weight, ws);
-    tg_iter it;
-    tg_iter_init(&it, x->ndim, x->shape, 3, (const int64_t *[]){x->strides, ws, y->strides});
-    if (it.empty) return TG_OK;
-    const char *xb = tg_bytes(x), *wb = tg_bytes(weight);
-    char *yb = tg_bytes(y);
-    do {
-        double r = inverse_rms(xb, x->dtype, it.offset[0], it.row_stride[0], it.row_length, eps);
-        for (int64_t j = 0; j < it.row_length; j++) {
-            double xv = tg_load(xb, x->dtype, it.offset[0] + j * it.row_stride[0]);
-            double wv = tg_load(wb, weight->dtype, it.offset[1] + j * it.row_stride[1]);
-            tg_store(yb, y->dtype, it.offset[2] + j * it.row_stride[2], xv * r * wv);
-        }
-    } while (tg_iter_next_row(&it));
+    const int64_t d = x->shape[x->ndim - 1], rows = d ? tg_numel(x) / d : 0;
+    norm_job job = {.x = x, .weight = weight, .y = y, .eps = eps, .d = d};
+    tg_parallel_ranges(rows, 1 + 8192 / (d + 1), forward_rows, &job);
+    if (atomic_load(&job.out_of_memory)) return tg_set_error(TG_ERR_NOMEM, "tg_rmsnorm: out of memory for a row buffer");
     return TG_OK;
 }
 
-/* Element j of the current row of operand k of the walk. */
-static inline double row_load(const tg_tensor *t, const tg_iter *it, int k, int64_t j)
+/* One row of the backward: dx = r·(g − x·r²·mean(g·x)) with g = dy·w, and dw += dy·x·r. */
+static void backward_row(norm_job *job, int64_t r, const double *w, double *x, double *g, double *dw)
 {
-    return tg_load(tg_bytes(t), t->dtype, it->offset[k] + j * it->row_stride[k]);
+    const int64_t d = job->d;
+    load_x_row(job->x, r, d, x);
+    load_x_row(job->dy, r, d, g);
+    double inv = inverse_rms(x, d, job->eps);
+    if (dw)
+        for (int64_t j = 0; j < d; j++) dw[j] += g[j] * x[j] * inv;
+    if (!job->dx) return;
+    double sum_gx = 0;
+    for (int64_t j = 0; j < d; j++) sum_gx += g[j] * w[j] * x[j];
+    double c = inv * inv * sum_gx / (double)d;
+    for (int64_t j = 0; j < d; j++) g[j] = inv * (g[j] * w[j] - x[j] * c);
+    store_row(job->dx, row_start(job->dx, r), job->dx->strides[job->dx->ndim - 1], d, g);
 }
 
-/* One row of the backward (operands: 0 x, 1 weight, 2 dy, 3 dx):
- * dx = r·(g − x·r²·mean(g·x)) with g = dy·w, and dw_acc += dy·x·r. */
-static void rmsnorm_bwd_row(const tg_tensor *x, const tg_tensor *weight, const tg_tensor *dy, tg_tensor *dx,
-                            const tg_iter *it, double r, double *dw_acc)
+/* Rows of whole blocks [begin, end) (block indices). */
+static void backward_blocks(void *context, int64_t begin, int64_t end)
 {
-    int64_t n = it->row_length;
-    if (dx) {
-        double sum_gx = 0;
-        for (int64_t j = 0; j < n; j++)
-            sum_gx += row_load(dy, it, 2, j) * row_load(weight, it, 1, j) * row_load(x, it, 0, j);
-        double c = r * r * sum_gx / (double)n;
-        char *dxb = tg_bytes(dx);
-        for (int64_t j = 0; j < n; j++) {
-            double g = row_load(dy, it, 2, j) * row_load(weight, it, 1, j);
-            tg_store(dxb, dx->dtype, it->offset[3] + j * it->row_stride[3], r * (g - row_load(x, it, 0, j) * c));
-        }
+    norm_job *job = context;
+    const int64_t d = job->d, rows = d ? tg_numel(job->x) / d : 0;
+    double *w = alloc_rows(job, 3), *x = w + d, *g = x + d;
+    if (!w) {
+        atomic_store(&job->out_of_memory, true);
+        return;
     }
-    if (dw_acc)
-        for (int64_t j = 0; j < n; j++) dw_acc[j] += row_load(dy, it, 2, j) * row_load(x, it, 0, j) * r;
+    for (int64_t block = begin; block < end; block++) {
+        double *dw = job->dw_blocks ? job->dw_blocks + block * d : NULL;
+        for (int64_t j = 0; dw && j < d; j++) dw[j] = 0.0;
+        const int64_t last = (block + 1) * ROWS_PER_BLOCK < rows ? (block + 1) * ROWS_PER_BLOCK : rows;
+        for (int64_t r = block * ROWS_PER_BLOCK; r < last; r++) backward_row(job, r, w, x, g, dw);
+    }
+    free(w);
 }
 
 tg_status tg_cpu_rmsnorm_bwd(const tg_tensor *x, const tg_tensor *weight, double eps, const tg_tensor *dy,
                              tg_tensor *dx, tg_tensor *dw)
 {
-    int64_t ws[TG_MAX_DIMS];
-    weight_strides(x, weight, ws);
-    /* dx may be absent: its slot then walks x's strides and is never written. */
-    const int64_t *dxs = dx ? dx->strides : x->strides;
-    tg_iter it;
-    tg_iter_init(&it, x->ndim, x->shape, 4, (const int64_t *[]){x->strides, ws, dy->strides, dxs});
-    int64_t d = x->shape[x->ndim - 1];
-    /* dw is summed in double, row after row, then stored once: deterministic and not
-     * rounded to a narrow dtype at every row. */
-    double *dw_acc = NULL;
-    if (dw) {
-        dw_acc = calloc((size_t)(d > 0 ? d : 1), sizeof(double));
-        if (!dw_acc) return tg_set_error(TG_ERR_NOMEM, "tg_rmsnorm backward: out of memory for %lld doubles", (long long)d);
+    const int64_t d = x->shape[x->ndim - 1], rows = d ? tg_numel(x) / d : 0;
+    const int64_t blocks = (rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
+    norm_job job = {.x = x, .weight = weight, .dy = dy, .dx = dx, .eps = eps, .d = d};
+    if (dw && blocks > 0 && !(job.dw_blocks = malloc(sizeof(double) * (size_t)(blocks * d + 1))))
+        return tg_set_error(TG_ERR_NOMEM, "tg_rmsnorm backward: out of memory for %lld doubles", (long long)(blocks * d));
+    tg_parallel_ranges(blocks, 1 + 256 / (d + 1), backward_blocks, &job);
+    if (!atomic_load(&job.out_of_memory) && dw) {
+        for (int64_t j = 0; j < d; j++) {
+            double sum = 0.0;
+            for (int64_t block = 0; block < blocks; block++) sum += job.dw_blocks[block * d + j];
+            tg_store(tg_bytes(dw), dw->dtype, j * dw->strides[0], sum);
+        }
     }
-    if (!it.empty) {
-        const char *xb = tg_bytes(x);
-        do {
-            double r = inverse_rms(xb, x->dtype, it.offset[0], it.row_stride[0], it.row_length, eps);
-            rmsnorm_bwd_row(x, weight, dy, dx, &it, r, dw_acc);
-        } while (tg_iter_next_row(&it));
-    }
-    if (dw) {
-        char *dwb = tg_bytes(dw);
-        for (int64_t j = 0; j < d; j++) tg_store(dwb, dw->dtype, j * dw->strides[0], dw_acc[j]);
-        free(dw_acc);
-    }
+    free(job.dw_blocks);
+    if (atomic_load(&job.out_of_memory))
+        return tg_set_error(TG_ERR_NOMEM, "tg_rmsnorm backward: out of memory for a row buffer");
     return TG_OK;
 }
