@@ -72,7 +72,7 @@ static double *alloc_rows(const norm_job *job, int count)
     return rows;
 }
 
-static void forward_rows(void *context, int64_t begin, int64_t end)
+static void norm_forward_rows(void *context, int64_t begin, int64_t end)
 {
     norm_job *job = context;
     const int64_t d = job->d;
@@ -94,7 +94,7 @@ tg_status tg_cpu_rmsnorm_fwd(const tg_tensor *x, const tg_tensor *weight, double
 {
     const int64_t d = x->shape[x->ndim - 1], rows = d ? tg_numel(x) / d : 0;
     norm_job job = {.x = x, .weight = weight, .y = y, .eps = eps, .d = d};
-    tg_parallel_ranges(rows, 1 + 8192 / (d + 1), forward_rows, &job);
+    tg_parallel_ranges(rows, 1 + 8192 / (d + 1), norm_forward_rows, &job);
     if (atomic_load(&job.out_of_memory)) return tg_set_error(TG_ERR_NOMEM, "tg_rmsnorm: out of memory for a row buffer");
     return TG_OK;
 }
@@ -117,7 +117,7 @@ static void backward_row(norm_job *job, int64_t r, const double *w, double *x, d
 }
 
 /* Rows of whole blocks [begin, end) (block indices). */
-static void backward_blocks(void *context, int64_t begin, int64_t end)
+static void norm_backward_blocks(void *context, int64_t begin, int64_t end)
 {
     norm_job *job = context;
     const int64_t d = job->d, rows = d ? tg_numel(job->x) / d : 0;
@@ -143,7 +143,7 @@ tg_status tg_cpu_rmsnorm_bwd(const tg_tensor *x, const tg_tensor *weight, double
     norm_job job = {.x = x, .weight = weight, .dy = dy, .dx = dx, .eps = eps, .d = d};
     if (dw && blocks > 0 && !(job.dw_blocks = malloc(sizeof(double) * (size_t)(blocks * d + 1))))
         return tg_set_error(TG_ERR_NOMEM, "tg_rmsnorm backward: out of memory for %lld doubles", (long long)(blocks * d));
-    tg_parallel_ranges(blocks, 1 + 256 / (d + 1), backward_blocks, &job);
+    tg_parallel_ranges(blocks, 1 + 256 / (d + 1), norm_backward_blocks, &job);
     if (!atomic_load(&job.out_of_memory) && dw) {
         for (int64_t j = 0; j < d; j++) {
             double sum = 0.0;
