@@ -18,6 +18,8 @@ PyTorch has no CPU kernel for the selective scan; the variants write it in PyTor
   eager-chunked    chunks of --chunk steps: inside a chunk the decays exp(S_t - S_s) as a
                    masked (chunk x chunk) matrix, between chunks the state carried over
   compile-chunked  the chunked model under torch.compile (inductor, C++ code for the CPU)
+  compile-seq      the step-by-step model under torch.compile (the loop unrolled: slow to
+                   compile at long sequences)
 Before timing, each variant's first loss is checked against eager-seq's (same weights).
 
 Each round runs tapegrad's step (train_bench --device cpu, one process per round, --steps
@@ -227,7 +229,7 @@ def main():
         total = args.rounds * (args.steps + args.warmup) + 10
         steps, reference = {}, None
         for variant in ["eager-seq"] + [v for v in variants if v != "eager-seq"]:
-            scan = sequential_scan(torch) if variant == "eager-seq" else chunked_scan(torch, args.chunk)
+            scan = sequential_scan(torch) if variant.endswith("-seq") else chunked_scan(torch, args.chunk)
             model = build_model(torch, size, scan)
             if variant.startswith("compile"):
                 model = torch.compile(model)
