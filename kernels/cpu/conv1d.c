@@ -6,53 +6,22 @@
  * split over CPU threads: a channel's rows, and its dweight and dbias sums (over b, then t,
  * in that fixed order), belong to one thread, so the split changes no result. */
 #include "kernels/conv1d.h"
+#include "kernels/cpu/rows.h"
 #include "kernels/cpu/scalar_math.h"
 
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
-/* n elements of t from element offset `at`, `step` apart, as doubles (one dtype switch). */
-static void load_row(const tg_tensor *t, int64_t at, int64_t step, int64_t n, double *out)
-{
-    const char *base = tg_bytes(t);
-    switch (t->dtype) {
-    case TG_F32:
-        for (int64_t i = 0; i < n; i++) out[i] = ((const float *)base)[at + i * step];
-        break;
-    case TG_F64:
-        for (int64_t i = 0; i < n; i++) out[i] = ((const double *)base)[at + i * step];
-        break;
-    default:
-        for (int64_t i = 0; i < n; i++) out[i] = tg_load(base, t->dtype, at + i * step);
-    }
-}
-
-/* The inverse of load_row: each value rounded once to t's dtype. */
-static void store_row(tg_tensor *t, int64_t at, int64_t step, int64_t n, const double *values)
-{
-    char *base = tg_bytes(t);
-    switch (t->dtype) {
-    case TG_F32:
-        for (int64_t i = 0; i < n; i++) ((float *)base)[at + i * step] = (float)values[i];
-        break;
-    case TG_F64:
-        for (int64_t i = 0; i < n; i++) ((double *)base)[at + i * step] = values[i];
-        break;
-    default:
-        for (int64_t i = 0; i < n; i++) tg_store(base, t->dtype, at + i * step, values[i]);
-    }
-}
-
 /* Row (b, c) of a rank-3 tensor, along its last dimension. */
 static void load_row3(const tg_tensor *t, int64_t b, int64_t c, int64_t n, double *out)
 {
-    load_row(t, b * t->strides[0] + c * t->strides[1], t->strides[2], n, out);
+    tg_load_row(t, b * t->strides[0] + c * t->strides[1], t->strides[2], n, out);
 }
 
 static void store_row3(tg_tensor *t, int64_t b, int64_t c, int64_t n, const double *values)
 {
-    store_row(t, b * t->strides[0] + c * t->strides[1], t->strides[2], n, values);
+    tg_store_row(t, b * t->strides[0] + c * t->strides[1], t->strides[2], n, values);
 }
 
 /* xe for row (b, c): K−1 history steps, then the L steps of x. */
@@ -76,7 +45,7 @@ static void pre_activations(const double *xe, const double *w, int64_t K, double
 /* Weight row c and bias c as doubles. */
 static double load_channel(const tg_conv1d_args *a, int64_t c, int64_t K, double *w)
 {
-    load_row(a->weight, c * a->weight->strides[0], a->weight->strides[1], K, w);
+    tg_load_row(a->weight, c * a->weight->strides[0], a->weight->strides[1], K, w);
     return a->bias ? tg_load(tg_bytes(a->bias), a->bias->dtype, c * a->bias->strides[0]) : 0.0;
 }
 
@@ -191,7 +160,7 @@ static void conv_backward_channels(void *context, int64_t c_begin, int64_t c_end
         double bias = load_channel(a, c, K, s.w), db = 0.0;
         for (int64_t k = 0; k < K; k++) s.dw[k] = 0.0;
         for (int64_t b = 0; b < B; b++) backward_row(job, b, c, bias, &db, &s); /* fixed order: deterministic sums */
-        if (job->dweight) store_row(job->dweight, c * job->dweight->strides[0], job->dweight->strides[1], K, s.dw);
+        if (job->dweight) tg_store_row(job->dweight, c * job->dweight->strides[0], job->dweight->strides[1], K, s.dw);
         if (job->dbias) tg_store(tg_bytes(job->dbias), job->dbias->dtype, c * job->dbias->strides[0], db);
     }
     scratch_free(&s);

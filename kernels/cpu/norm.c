@@ -4,6 +4,7 @@
  * are split over CPU threads. dw, a sum over rows, is summed per block of
  * ROWS_PER_BLOCK rows and then over the blocks in order, so no thread count changes it. */
 #include "kernels/norm.h"
+#include "kernels/cpu/rows.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -22,29 +23,10 @@ static int64_t row_start(const tg_tensor *t, int64_t r)
     return offset;
 }
 
-/* n elements of t from `at`, `step` apart, as doubles (one dtype switch). */
-static void load_row(const tg_tensor *t, int64_t at, int64_t step, int64_t n, double *out)
-{
-    const char *base = tg_bytes(t);
-    if (t->dtype == TG_F32)
-        for (int64_t i = 0; i < n; i++) out[i] = ((const float *)base)[at + i * step];
-    else
-        for (int64_t i = 0; i < n; i++) out[i] = tg_load(base, t->dtype, at + i * step);
-}
-
-static void store_row(tg_tensor *t, int64_t at, int64_t step, int64_t n, const double *values)
-{
-    char *base = tg_bytes(t);
-    if (t->dtype == TG_F32)
-        for (int64_t i = 0; i < n; i++) ((float *)base)[at + i * step] = (float)values[i];
-    else
-        for (int64_t i = 0; i < n; i++) tg_store(base, t->dtype, at + i * step, values[i]);
-}
-
 /* Row r of a tensor of x's shape, along its last dimension. */
 static void load_x_row(const tg_tensor *t, int64_t r, int64_t d, double *out)
 {
-    load_row(t, row_start(t, r), t->strides[t->ndim - 1], d, out);
+    tg_load_row(t, row_start(t, r), t->strides[t->ndim - 1], d, out);
 }
 
 /* r = 1 / sqrt(mean(x²) + eps) over one row. */
@@ -64,11 +46,12 @@ typedef struct {
     atomic_bool out_of_memory;
 } norm_job;
 
-/* Three row buffers of d doubles and the weight as doubles; false when out of memory. */
+/* `count` row buffers of d doubles in one block, the first holding the weight; NULL when
+ * out of memory. */
 static double *alloc_rows(const norm_job *job, int count)
 {
     double *rows = malloc(sizeof(double) * (size_t)(job->d > 0 ? job->d : 1) * (size_t)count);
-    if (rows) load_row(job->weight, 0, job->weight->strides[0], job->d, rows);
+    if (rows) tg_load_row(job->weight, 0, job->weight->strides[0], job->d, rows);
     return rows;
 }
 
@@ -85,7 +68,7 @@ static void norm_forward_rows(void *context, int64_t begin, int64_t end)
         load_x_row(job->x, r, d, x);
         double inv = inverse_rms(x, d, job->eps);
         for (int64_t j = 0; j < d; j++) x[j] = x[j] * inv * w[j];
-        store_row(job->y, row_start(job->y, r), job->y->strides[job->y->ndim - 1], d, x);
+        tg_store_row(job->y, row_start(job->y, r), job->y->strides[job->y->ndim - 1], d, x);
     }
     free(w);
 }
@@ -113,7 +96,7 @@ static void backward_row(norm_job *job, int64_t r, const double *w, double *x, d
     for (int64_t j = 0; j < d; j++) sum_gx += g[j] * w[j] * x[j];
     double c = inv * inv * sum_gx / (double)d;
     for (int64_t j = 0; j < d; j++) g[j] = inv * (g[j] * w[j] - x[j] * c);
-    store_row(job->dx, row_start(job->dx, r), job->dx->strides[job->dx->ndim - 1], d, g);
+    tg_store_row(job->dx, row_start(job->dx, r), job->dx->strides[job->dx->ndim - 1], d, g);
 }
 
 /* Rows of whole blocks [begin, end) (block indices). */
