@@ -11,9 +11,10 @@
  * program loads. A lane's sums (the readout Cm·h over n, the gradients' sums over n) run
  * in n order, as in the scalar path; the build never contracts a product and a sum into
  * one fused operation (ISO C mode); so every instruction set gives the same bits. Sums
- * across channels (dBm, dCm over d) and over t and b (dA, dDv, dbias) are taken in double,
- * in the order of the double path. Threads split the batch rows as there, so results do
- * not depend on the thread count either. Channels past D in the last group are zeros
+ * over t and b (dA, dDv, dbias) are taken in double, in the order of the double path; sums
+ * across channels (dBm, dCm over d) in double too, a group's G lanes in a fixed tree and
+ * the groups in channel order. Threads split the batch rows as there, so results do not
+ * depend on the thread count either. Channels past D in the last group are zeros
  * (dt = 0, no input) and are never stored. */
 #include "kernels/scan.h"
 #include "kernels/cpu/scan_sums.h"
@@ -94,6 +95,31 @@ static inline float softplus_float(float v, float *slope)
 
 static inline float silu_float(float x) { return x / (1.0f + exp_float(-x)); }
 
+/* The gate over count values: y ← y·silu(z). */
+TG_VECTOR_CLONES
+static void gate(float *restrict y, const float *restrict z, int64_t count)
+{
+    for (int64_t i = 0; i < count; i++) y[i] *= silu_float(z[i]);
+}
+
+/* The gradient reaching the output before the gate: dy = dout·silu(z), over count values. */
+TG_VECTOR_CLONES
+static void gate_backward(const float *restrict dout, const float *restrict z, int64_t count, float *restrict dy)
+{
+    for (int64_t i = 0; i < count; i++) dy[i] = dout[i] * silu_float(z[i]);
+}
+
+/* The gate's own gradient, in place of dout: dz = dout·y·silu'(z), y the output before the
+ * gate, silu' = σ·(1 + z·(1 − σ)). */
+TG_VECTOR_CLONES
+static void gate_gradient(float *restrict dout, const float *restrict z, const float *restrict y, int64_t count)
+{
+    for (int64_t i = 0; i < count; i++) {
+        const float sigma = 1.0f / (1.0f + exp_float(-z[i]));
+        dout[i] *= y[i] * (sigma * (1.0f + z[i] * (1.0f - sigma)));
+    }
+}
+
 static float load_at(const tg_tensor *t, int64_t offset) { return (float)tg_load(tg_bytes(t), t->dtype, offset); }
 
 /* x[i·x_step] = v's elements at + i·step for i < count, with the dtype switch outside the loop. */
@@ -139,6 +165,7 @@ typedef struct {
     float bias[G], skip[G];
     float *u, *dt, *slope, *z, *y; /* (L, G) each; z NULL without a gate; y: Cm·h + Dv·u */
     float *h;                      /* (N, G): the state */
+    float *decay;                  /* (N, G): one step's exp(dt·A) */
 } group;
 
 /* x[t·G + g] = v[b, d0 + g, t], 0 for the padding channels. */
@@ -214,34 +241,75 @@ static void load_group(const tg_scan_args *a, group *q)
 
 /* ---- the recurrence ---------------------------------------------------------------------------- */
 
+/* A group's G channels as one vector (GCC and Clang vector extensions): one AVX-512 register,
+ * two AVX2 ones or four SSE ones, as the clone the CPU picked compiles it. Written as
+ * vectors because the compiler turned the per-lane loops of the state update into scalar
+ * code; lane-wise IEEE maths gives the same bits either way. */
+typedef float lanes __attribute__((vector_size(G * sizeof(float))));
+#if defined(__GNUC__) && !defined(__clang__)
+/* The helpers below pass vectors by value; they are static, so no call crosses the ABI that
+ * GCC warns about (AVX-512 registers or memory, depending on the clone). */
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+typedef double wide_lanes __attribute__((vector_size(G * sizeof(double))));
+typedef double half_lanes __attribute__((vector_size(G / 2 * sizeof(double))));
+
+static inline lanes load_lanes(const float *p)
+{
+    lanes v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void store_lanes(float *p, lanes v) { memcpy(p, &v, sizeof v); }
+
+static inline wide_lanes load_wide(const double *p)
+{
+    wide_lanes v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void store_wide(double *p, wide_lanes v) { memcpy(p, &v, sizeof v); }
+
+/* The lanes' sum in double, always in the same tree: halves added, then quarters, … */
+static inline double sum_lanes(lanes v)
+{
+    const wide_lanes w = __builtin_convertvector(v, wide_lanes);
+    half_lanes low, high;
+    memcpy(&low, &w, sizeof low);
+    memcpy(&high, (const char *)&w + sizeof low, sizeof high);
+    const half_lanes s = low + high;
+    return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+}
+
+/* decay[n·G + g] = exp(dt[g]·A[n·G + g]) for the N states of one step. */
+static inline void decays(const float *dt, const float *A, int64_t N, float *decay)
+{
+    for (int64_t n = 0; n < N; n++)
+        for (int g = 0; g < G; g++) decay[n * G + g] = exp_float(dt[g] * A[n * G + g]);
+}
+
 /* Steps [t0, t1) of the group from q->h: h ← exp(dt·A) ⊙ h + dt·u·Bm_t, y_t = Cm_t·h + Dv·u_t.
- * When H is not NULL, the state after each step also goes to H[(t − t0 + 1)·N·G] and the
+ * When H and E are not NULL, the state after step t also goes to H[(t − t0 + 1)·N·G] and its
  * decays exp(dt·A) to E[(t − t0)·N·G] (the backward's recompute). */
 TG_VECTOR_CLONES
 static void run_steps(group *q, int64_t t0, int64_t t1, float *restrict H, float *restrict E)
 {
     const int64_t N = q->N;
-    float *restrict h = q->h;
+    const lanes skip = load_lanes(q->skip);
     for (int64_t t = t0; t < t1; t++) {
-        const float *dt = q->dt + t * G, *u = q->u + t * G;
-        float du[G], y[G];
-        for (int g = 0; g < G; g++) du[g] = dt[g] * u[g], y[g] = 0.0f;
+        const lanes dt = load_lanes(q->dt + t * G), u = load_lanes(q->u + t * G), du = dt * u;
+        float *decay = E ? E + (t - t0) * N * G : q->decay;
+        decays(q->dt + t * G, q->A, N, decay);
+        lanes y = {0};
         for (int64_t n = 0; n < N; n++) {
-            const float bn = q->Bt[t * N + n], cn = q->Ct[t * N + n];
-            const float *A = q->A + n * G;
-            float *hn = h + n * G;
-            float e[G];
-            for (int g = 0; g < G; g++) e[g] = exp_float(dt[g] * A[g]);
-            for (int g = 0; g < G; g++) {
-                hn[g] = e[g] * hn[g] + du[g] * bn;
-                y[g] += cn * hn[g];
-            }
-            if (E) {
-                memcpy(E + ((t - t0) * N + n) * G, e, sizeof e);
-                memcpy(H + ((t - t0 + 1) * N + n) * G, hn, sizeof e);
-            }
+            const lanes h = load_lanes(decay + n * G) * load_lanes(q->h + n * G) + du * q->Bt[t * N + n];
+            y += q->Ct[t * N + n] * h;
+            store_lanes(q->h + n * G, h);
+            if (H) store_lanes(H + ((t - t0 + 1) * N + n) * G, h);
         }
-        for (int g = 0; g < G; g++) q->y[t * G + g] = y[g] + q->skip[g] * u[g];
+        store_lanes(q->y + t * G, y + skip * u);
     }
 }
 
@@ -249,12 +317,12 @@ static void run_steps(group *q, int64_t t0, int64_t t1, float *restrict H, float
 
 /* One thread's buffers. */
 typedef struct {
-    float *Bt, *Ct, *A, *u, *dt, *slope, *z, *y, *h;
+    float *Bt, *Ct, *A, *u, *dt, *slope, *z, *y, *h, *decay;
 } group_buffers;
 
 static void free_buffers(group_buffers *s)
 {
-    free(s->Bt), free(s->Ct), free(s->A), free(s->u), free(s->dt), free(s->slope), free(s->z), free(s->y), free(s->h);
+    free(s->Bt), free(s->Ct), free(s->A), free(s->u), free(s->dt), free(s->slope), free(s->z), free(s->y), free(s->h), free(s->decay);
 }
 
 static bool alloc_buffers(group_buffers *s, int64_t N, int64_t L)
@@ -262,15 +330,15 @@ static bool alloc_buffers(group_buffers *s, int64_t N, int64_t L)
     const size_t nl = sizeof(float) * (size_t)(N * L), lg = sizeof(float) * (size_t)(L * G);
     const size_t ng = sizeof(float) * (size_t)(N * G);
     *s = (group_buffers){malloc(nl), malloc(nl), malloc(ng), malloc(lg), malloc(lg), malloc(lg), malloc(lg),
-                         malloc(lg), malloc(ng)};
-    return s->Bt && s->Ct && s->A && s->u && s->dt && s->slope && s->z && s->y && s->h;
+                         malloc(lg), malloc(ng), malloc(ng)};
+    return s->Bt && s->Ct && s->A && s->u && s->dt && s->slope && s->z && s->y && s->h && s->decay;
 }
 
 static group group_of(const tg_scan_args *a, const group_buffers *s, int64_t b, int64_t d0)
 {
     const int64_t D = a->u->shape[1];
     return (group){b, d0, D - d0 < G ? D - d0 : G, a->A->shape[1], a->u->shape[2], s->Bt, s->Ct, s->A, {0}, {0},
-                   s->u, s->dt, s->slope, a->z ? s->z : NULL, s->y, s->h};
+                   s->u, s->dt, s->slope, a->z ? s->z : NULL, s->y, s->h, s->decay};
 }
 
 typedef struct {
@@ -299,7 +367,7 @@ static void forward_group(forward_job *job, group *q)
         run_steps(q, t0, t0 + chunk < L ? t0 + chunk : L, NULL, NULL);
     }
     if (q->z)
-        for (int64_t i = 0; i < L * G; i++) q->y[i] *= silu_float(q->z[i]);
+        gate(q->y, q->z, L * G);
     store_rows(job->out, q, q->y);
     if (job->final_state) store_state(job->final_state, q, q->h);
 }
@@ -358,36 +426,34 @@ TG_VECTOR_CLONES
 static void reverse_steps(const group *q, int64_t t0, int64_t t1, reverse_buffers *s)
 {
     const int64_t N = q->N;
-    float *restrict carry = s->carry;
-    double *restrict dA = s->dA;
+    const lanes skip = load_lanes(q->skip);
+    wide_lanes dDv = load_wide(s->dDv), dbias = load_wide(s->dbias);
     for (int64_t t = t1 - 1; t >= t0; t--) {
-        const float *dt = q->dt + t * G, *u = q->u + t * G, *dy = s->dy + t * G;
-        float du[G], ddt[G];
-        for (int g = 0; g < G; g++) du[g] = ddt[g] = 0.0f;
+        const lanes dt = load_lanes(q->dt + t * G), u = load_lanes(q->u + t * G), dy = load_lanes(s->dy + t * G);
+        const lanes dtu = dt * u;
+        lanes du = {0}, ddt = {0};
         for (int64_t n = 0; n < N; n++) {
             const float bn = q->Bt[t * N + n], cn = q->Ct[t * N + n];
-            const float *A = q->A + n * G, *decay = s->E + ((t - t0) * N + n) * G;
-            const float *h = s->H + ((t - t0 + 1) * N + n) * G, *h_prev = s->H + ((t - t0) * N + n) * G;
-            float *cn_carry = carry + n * G, dh[G];
-            for (int g = 0; g < G; g++) {
-                dh[g] = cn * dy[g] + cn_carry[g];
-                const float dh_decay_prev = dh[g] * decay[g] * h_prev[g];
-                du[g] += dh[g] * dt[g] * bn;
-                ddt[g] += dh[g] * bn * u[g] + A[g] * dh_decay_prev;
-                dA[n * G + g] += (double)(dt[g] * dh_decay_prev);
-                cn_carry[g] = decay[g] * dh[g];
-            }
-            /* the sums over channels, in channel order */
-            for (int g = 0; s->dBt && g < q->channels; g++) s->dBt[t * N + n] += (double)(dh[g] * (dt[g] * u[g]));
-            for (int g = 0; s->dCt && g < q->channels; g++) s->dCt[t * N + n] += (double)(dy[g] * h[g]);
+            const int64_t at = ((t - t0) * N + n) * G;
+            const lanes decay = load_lanes(s->E + at), h_prev = load_lanes(s->H + at);
+            const lanes dh = cn * dy + load_lanes(s->carry + n * G);
+            const lanes dh_decay_prev = dh * decay * h_prev;
+            du += dh * dt * bn;
+            ddt += dh * bn * u + load_lanes(q->A + n * G) * dh_decay_prev;
+            store_wide(s->dA + n * G, load_wide(s->dA + n * G) + __builtin_convertvector(dt * dh_decay_prev, wide_lanes));
+            store_lanes(s->carry + n * G, decay * dh);
+            /* the sums over channels (padding lanes hold zeros) */
+            if (s->dBt) s->dBt[t * N + n] += sum_lanes(dh * dtu);
+            if (s->dCt) s->dCt[t * N + n] += sum_lanes(dy * load_lanes(s->H + at + N * G));
         }
-        for (int g = 0; g < G; g++) {
-            s->du[t * G + g] = du[g] + q->skip[g] * dy[g];
-            s->ddt[t * G + g] = ddt[g] * q->slope[t * G + g];
-            s->dDv[g] += (double)(dy[g] * u[g]);
-            s->dbias[g] += (double)s->ddt[t * G + g];
-        }
+        const lanes ddelta = ddt * load_lanes(q->slope + t * G);
+        store_lanes(s->du + t * G, du + skip * dy);
+        store_lanes(s->ddt + t * G, ddelta);
+        dDv += __builtin_convertvector(dy * u, wide_lanes);
+        dbias += __builtin_convertvector(ddelta, wide_lanes);
     }
+    store_wide(s->dDv, dDv);
+    store_wide(s->dbias, dbias);
 }
 
 /* v[b, d0 + g, n, c] (the chunk states) into the group's state. */
@@ -407,7 +473,8 @@ static void backward_group(const scan_backward_job *job, group *q, reverse_buffe
     const int64_t N = q->N, L = q->L, chunk = a->chunk, n_chunks = (L - 1) / chunk + 1;
     if (job->dout) load_rows(job->dout, q, s->gout);
     else memset(s->gout, 0, sizeof(float) * (size_t)(L * G));
-    for (int64_t i = 0; i < L * G; i++) s->dy[i] = q->z ? s->gout[i] * silu_float(q->z[i]) : s->gout[i];
+    if (q->z) gate_backward(s->gout, q->z, L * G, s->dy);
+    else memcpy(s->dy, s->gout, sizeof(float) * (size_t)(L * G));
     load_state(job->dfinal, q, s->carry);
     for (int64_t i = 0; i < N * G; i++) s->dA[i] = 0.0;
     for (int k = 0; k < G; k++) s->dDv[k] = s->dbias[k] = 0.0;
@@ -418,11 +485,8 @@ static void backward_group(const scan_backward_job *job, group *q, reverse_buffe
         run_steps(q, t0, t1, s->H, s->E);
         reverse_steps(q, t0, t1, s);
     }
-    if (g->dz) { /* dz = dout·y·silu'(z), y the output before the gate */
-        for (int64_t i = 0; i < L * G; i++) {
-            const float sigma = 1.0f / (1.0f + exp_float(-q->z[i])); /* silu' = σ·(1 + z·(1 − σ)) */
-            s->gout[i] *= q->y[i] * (sigma * (1.0f + q->z[i] * (1.0f - sigma)));
-        }
+    if (g->dz) {
+        gate_gradient(s->gout, q->z, q->y, L * G);
         store_rows(g->dz, q, s->gout);
     }
     if (g->du) store_rows(g->du, q, s->du);
