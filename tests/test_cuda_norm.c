@@ -1,7 +1,9 @@
 /* tg_rmsnorm on CUDA against the CPU kernel: forward, dx and dweight on random shapes
  * (1-D to 4-D, odd row lengths, strided x, weight and output gradient) in f32, bf16 and
  * f64; one gradient at a time; large rows and many short rows; reproducible weight
- * gradients; zero rows; and the mixed-device error. Skipped without a GPU. */
+ * gradients; zero rows; and the mixed-device error. tg_add_rmsnorm the same way, in the
+ * warp (rows up to 512) and block kernels, with either output's gradient alone. Skipped
+ * without a GPU. */
 #include "cuda_util.h"
 
 #include <stdio.h>
@@ -145,4 +147,72 @@ Test(cuda_rmsnorm, mixed_devices_fail_cleanly)
     tg_tensor *host_grad = cu_host(tape, cw->grad);
     for (int64_t i = 0; i < 3; i++) cr_assert_eq(tg_get_flat(host_grad, i), 0.0);
     tg_tape_free(tape);
+}
+
+/* Σ y·a (when use_y) + Σ h·b (when use_h), with a and b moved to y's device. */
+static tg_tensor *outputs_loss(tg_tape *tape, tg_tensor *y, tg_tensor *h, tg_tensor *a, tg_tensor *b, bool use_y,
+                               bool use_h)
+{
+    if (y->device == TG_DEVICE_CUDA) a = tt_cuda_twin(tape, a, true), b = tt_cuda_twin(tape, b, true);
+    tg_tensor *from_y = use_y ? tg_sum_all(tape, tg_mul(tape, y, a)) : NULL;
+    tg_tensor *from_h = use_h ? tg_sum_all(tape, tg_mul(tape, h, b)) : NULL;
+    tg_tensor *loss = from_y && from_h ? tg_add(tape, from_y, from_h) : from_y ? from_y : from_h;
+    cr_assert(loss, "%s", tg_last_error());
+    return loss;
+}
+
+/* tg_add_rmsnorm on the CPU and on CUDA twins: the sum must agree exactly (one rounded
+ * addition) and y closely; then the three gradients, from the outputs used (y, h or both). */
+static void compare_add_case(tg_dtype dtype, int ndim, const int64_t *shape, bool strided, bool use_y, bool use_h)
+{
+    tg_tape *tape = tg_tape_create();
+    int64_t d = shape[ndim - 1];
+    tg_tensor *in[3] = {cu_input(tape, dtype, ndim, shape, strided, true), cu_input(tape, dtype, ndim, shape, false, true),
+                        cu_input(tape, dtype, 1, &d, strided, true)};
+    tg_tensor *cin[3];
+    for (int i = 0; i < 3; i++) cin[i] = tt_cuda_twin(tape, in[i], true);
+    char what[160], dims[64];
+    snprintf(what, sizeof what, "tg_add_rmsnorm x %s%s%s%s", tg_describe(in[1], dims, sizeof dims),
+             strided ? " strided" : "", use_y ? " y" : "", use_h ? " h" : "");
+    tg_tensor *h = NULL, *ch = NULL;
+    tg_tensor *y = tg_add_rmsnorm(tape, in[0], in[1], in[2], 1e-5, &h);
+    tg_tensor *cy = tg_add_rmsnorm(tape, cin[0], cin[1], cin[2], 1e-5, &ch);
+    cu_assert_equal(tape, what, ch, h);
+    cu_assert_close(tape, what, cy, y);
+    tg_tensor *a = tt_randn(tape, dtype, ndim, shape), *b = tt_randn(tape, dtype, ndim, shape);
+    cr_assert_eq(tg_backward(tape, outputs_loss(tape, y, h, a, b, use_y, use_h)), TG_OK, "%s", tg_last_error());
+    cr_assert_eq(tg_backward(tape, outputs_loss(tape, cy, ch, a, b, use_y, use_h)), TG_OK, "%s", tg_last_error());
+    const char *names[3] = {"dresidual", "dx", "dweight"};
+    for (int i = 0; i < 3; i++) {
+        char grad_what[200];
+        snprintf(grad_what, sizeof grad_what, "%s: %s", what, names[i]);
+        if (i < 2 || use_y) cu_assert_close(tape, grad_what, cin[i]->grad, in[i]->grad);
+    }
+    tg_tape_free(tape);
+}
+
+Test(cuda_add_rmsnorm, random_shapes_match_cpu)
+{
+    tt_require_cuda();
+    const tg_dtype dtypes[3] = {TG_F32, TG_BF16, TG_F64};
+    for (int k = 0; k < 3; k++)
+        for (int ndim = 1; ndim <= 3; ndim++) {
+            int64_t shape[3];
+            random_shape(ndim, shape, 70);
+            compare_add_case(dtypes[k], ndim, shape, ndim == 2, true, true);
+        }
+}
+
+Test(cuda_add_rmsnorm, long_rows_and_either_output_alone)
+{
+    tt_require_cuda();
+    /* Rows past 512 go to the block kernel; 768 is the 130M model's d_model. */
+    int64_t shape[3] = {2, tt_randint(50, 200), 768};
+    compare_add_case(TG_F32, 3, shape, false, true, true);
+    compare_add_case(TG_BF16, 3, shape, true, true, true);
+    shape[2] = tt_randint(513, 2000);
+    compare_add_case(TG_F32, 3, shape, true, true, false);
+    shape[2] = tt_randint(1, 512);
+    compare_add_case(TG_F32, 3, shape, false, false, true);
+    compare_add_case(TG_F32, 3, shape, false, true, false);
 }

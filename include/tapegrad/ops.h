@@ -82,6 +82,12 @@ tg_tensor *tg_embedding(tg_tape *tape, tg_tensor *table, tg_tensor *ids);
 /* ---- normalisation and softmax (ops/norm.c, ops/softmax.c), over the last axis ------- */
 /* y = x / sqrt(mean(x²) + eps) · weight; weight has shape (last dimension of x). */
 tg_tensor *tg_rmsnorm(tg_tape *tape, tg_tensor *x, tg_tensor *weight, double eps);
+/* A residual add fused into the norm: *sum = residual + x (same shape, dtype and device;
+ * rounded to the dtype as tg_add rounds it) and the result is tg_rmsnorm(*sum, weight, eps),
+ * both written in one pass (and both gradients taken in one). The values are those of
+ * tg_add followed by tg_rmsnorm; gradients agree with that pair to rounding. */
+tg_tensor *tg_add_rmsnorm(tg_tape *tape, tg_tensor *residual, tg_tensor *x, tg_tensor *weight, double eps,
+                          tg_tensor **sum);
 tg_tensor *tg_softmax(tg_tape *tape, tg_tensor *x);
 tg_tensor *tg_log_softmax(tg_tape *tape, tg_tensor *x);
 

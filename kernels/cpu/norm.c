@@ -1,5 +1,5 @@
-/* kernels/cpu/norm.c: fused RMS normalisation on strided CPU tensors, in double.
- * x is a list of rows (a row is the last dimension, D long). Each row is read into a
+/* kernels/cpu/norm.c: fused RMS normalisation on strided CPU tensors, in double, with an
+ * optional residual add before it. x is a list of rows (a row is the last dimension, D long). Each row is read into a
  * double buffer with one dtype switch, worked on there, and written back once; the rows
  * are split over CPU threads. dw, a sum over rows, is summed per block of
  * ROWS_PER_BLOCK rows and then over the blocks in order, so no thread count changes it. */
@@ -38,8 +38,8 @@ static double inverse_rms(const double *x, int64_t d, double eps)
 }
 
 typedef struct {
-    const tg_tensor *x, *weight, *dy;
-    tg_tensor *y, *dx;
+    const tg_tensor *x, *residual, *weight, *dy, *dsum;
+    tg_tensor *y, *sum, *dx;
     double eps;
     int64_t d;
     double *dw_blocks;  /* [blocks][d]: each block's share of dw, or NULL */
@@ -59,13 +59,20 @@ static void norm_forward_rows(void *context, int64_t begin, int64_t end)
 {
     norm_job *job = context;
     const int64_t d = job->d;
-    double *w = alloc_rows(job, 2), *x = w + d;
+    double *w = alloc_rows(job, 3), *x = w + d, *residual = x + d;
     if (!w) {
         atomic_store(&job->out_of_memory, true);
         return;
     }
     for (int64_t r = begin; r < end; r++) {
         load_x_row(job->x, r, d, x);
+        if (job->residual) { /* the sum is normalised as stored: rounded to its dtype */
+            load_x_row(job->residual, r, d, residual);
+            for (int64_t j = 0; j < d; j++) x[j] += residual[j];
+            const int64_t at = row_start(job->sum, r), step = job->sum->strides[job->sum->ndim - 1];
+            tg_store_row(job->sum, at, step, d, x);
+            tg_load_row(job->sum, at, step, d, x);
+        }
         double inv = inverse_rms(x, d, job->eps);
         for (int64_t j = 0; j < d; j++) x[j] = x[j] * inv * w[j];
         tg_store_row(job->y, row_start(job->y, r), job->y->strides[job->y->ndim - 1], d, x);
@@ -73,17 +80,19 @@ static void norm_forward_rows(void *context, int64_t begin, int64_t end)
     free(w);
 }
 
-tg_status tg_cpu_rmsnorm_fwd(const tg_tensor *x, const tg_tensor *weight, double eps, tg_tensor *y)
+tg_status tg_cpu_rmsnorm_fwd(const tg_tensor *x, const tg_tensor *residual, const tg_tensor *weight, double eps,
+                             tg_tensor *y, tg_tensor *sum)
 {
     const int64_t d = x->shape[x->ndim - 1], rows = d ? tg_numel(x) / d : 0;
-    norm_job job = {.x = x, .weight = weight, .y = y, .eps = eps, .d = d};
+    norm_job job = {.x = x, .residual = residual, .weight = weight, .y = y, .sum = sum, .eps = eps, .d = d};
     tg_parallel_ranges(rows, 1 + 8192 / (d + 1), norm_forward_rows, &job);
     if (atomic_load(&job.out_of_memory)) return tg_set_error(TG_ERR_NOMEM, "tg_rmsnorm: out of memory for a row buffer");
     return TG_OK;
 }
 
-/* One row of the backward: dx = r·(g − x·r²·mean(g·x)) with g = dy·w, and dw += dy·x·r. */
-static void backward_row(norm_job *job, int64_t r, const double *w, double *x, double *g, double *dw)
+/* One row of the backward: dx = r·(g − x·r²·mean(g·x)) (+ dsum) with g = dy·w, and
+ * dw += dy·x·r. */
+static void backward_row(norm_job *job, int64_t r, const double *w, double *x, double *g, double *dsum, double *dw)
 {
     const int64_t d = job->d;
     load_x_row(job->x, r, d, x);
@@ -96,6 +105,10 @@ static void backward_row(norm_job *job, int64_t r, const double *w, double *x, d
     for (int64_t j = 0; j < d; j++) sum_gx += g[j] * w[j] * x[j];
     double c = inv * inv * sum_gx / (double)d;
     for (int64_t j = 0; j < d; j++) g[j] = inv * (g[j] * w[j] - x[j] * c);
+    if (job->dsum) {
+        load_x_row(job->dsum, r, d, dsum);
+        for (int64_t j = 0; j < d; j++) g[j] += dsum[j];
+    }
     tg_store_row(job->dx, row_start(job->dx, r), job->dx->strides[job->dx->ndim - 1], d, g);
 }
 
@@ -104,7 +117,7 @@ static void norm_backward_blocks(void *context, int64_t begin, int64_t end)
 {
     norm_job *job = context;
     const int64_t d = job->d, rows = d ? tg_numel(job->x) / d : 0;
-    double *w = alloc_rows(job, 3), *x = w + d, *g = x + d;
+    double *w = alloc_rows(job, 4), *x = w + d, *g = x + d, *dsum = g + d;
     if (!w) {
         atomic_store(&job->out_of_memory, true);
         return;
@@ -113,17 +126,17 @@ static void norm_backward_blocks(void *context, int64_t begin, int64_t end)
         double *dw = job->dw_blocks ? job->dw_blocks + block * d : NULL;
         for (int64_t j = 0; dw && j < d; j++) dw[j] = 0.0;
         const int64_t last = (block + 1) * ROWS_PER_BLOCK < rows ? (block + 1) * ROWS_PER_BLOCK : rows;
-        for (int64_t r = block * ROWS_PER_BLOCK; r < last; r++) backward_row(job, r, w, x, g, dw);
+        for (int64_t r = block * ROWS_PER_BLOCK; r < last; r++) backward_row(job, r, w, x, g, dsum, dw);
     }
     free(w);
 }
 
 tg_status tg_cpu_rmsnorm_bwd(const tg_tensor *x, const tg_tensor *weight, double eps, const tg_tensor *dy,
-                             tg_tensor *dx, tg_tensor *dw)
+                             const tg_tensor *dsum, tg_tensor *dx, tg_tensor *dw)
 {
     const int64_t d = x->shape[x->ndim - 1], rows = d ? tg_numel(x) / d : 0;
     const int64_t blocks = (rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
-    norm_job job = {.x = x, .weight = weight, .dy = dy, .dx = dx, .eps = eps, .d = d};
+    norm_job job = {.x = x, .weight = weight, .dy = dy, .dsum = dsum, .dx = dx, .eps = eps, .d = d};
     if (dw && blocks > 0 && !(job.dw_blocks = malloc(sizeof(double) * (size_t)(blocks * d + 1))))
         return tg_set_error(TG_ERR_NOMEM, "tg_rmsnorm backward: out of memory for %lld doubles", (long long)(blocks * d));
     tg_parallel_ranges(blocks, 1 + 256 / (d + 1), norm_backward_blocks, &job);

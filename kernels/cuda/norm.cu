@@ -1,5 +1,6 @@
 // kernels/cuda/norm.cu: RMS normalisation on the GPU (a row is x's last dimension; any
-// strides): the forward takes one warp per row up to 512 elements and a block per row
+// strides), with an optional residual add before it (the sum written out, rounded to its
+// dtype, and normalised as stored; its gradient added to dx in the backward): the forward takes one warp per row up to 512 elements and a block per row
 // beyond, the backward a block per row. Row statistics are reductions in a fixed order in
 // float (double for f64). The weight gradient is summed without atomics: each block adds
 // its rows' terms into its own row of a partial-sum matrix, in the order it meets them,
@@ -21,17 +22,38 @@ __device__ Acc inverse_rms(const tg_cuda_view &x, int64_t start, int64_t n, Acc 
     return (Acc)1 / tg_sqrt(block_sum(sum_sq, shared) / (Acc)n + eps);
 }
 
-// y = x · r · w, row by row.
+// The fused add's inputs: x + residual goes to sum, which the norm then reads (each
+// thread reads back the elements it wrote, so no barrier is needed).
+struct residual_add {
+    tg_cuda_view residual, sum;
+    bool on;
+};
+
+// sum = x + residual over one row's elements first, first + stride, ...
 template <typename Acc>
-__global__ void rmsnorm_fwd_kernel(tg_cuda_view x, tg_cuda_view w, tg_cuda_view y, int64_t rows, Acc eps)
+__device__ void add_row(const tg_cuda_view &x, int64_t row, const residual_add &add, int64_t n, int64_t first,
+                        int64_t stride)
+{
+    int64_t xo = row_start(x, row), ro = row_start(add.residual, row), so = row_start(add.sum, row);
+    int64_t xs = row_step(x), rs = row_step(add.residual), ss = row_step(add.sum);
+    for (int64_t j = first; j < n; j += stride)
+        row_store(add.sum, so + j * ss, row_load<Acc>(x, xo + j * xs) + row_load<Acc>(add.residual, ro + j * rs));
+}
+
+// y = s · r · w, row by row, with s = x or the fused add's sum.
+template <typename Acc>
+__global__ void rmsnorm_fwd_kernel(tg_cuda_view x, residual_add add, tg_cuda_view w, tg_cuda_view y, int64_t rows,
+                                   Acc eps)
 {
     __shared__ Acc shared[33];
-    int64_t n = x.shape[x.ndim - 1], xs = row_step(x), ws = w.strides[0], ys = row_step(y);
+    const tg_cuda_view &s = add.on ? add.sum : x;
+    int64_t n = x.shape[x.ndim - 1], ss = row_step(s), ws = w.strides[0], ys = row_step(y);
     for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-        int64_t xo = row_start(x, row), yo = row_start(y, row);
-        Acc r = inverse_rms(x, xo, n, eps, shared);
+        if (add.on) add_row<Acc>(x, row, add, n, threadIdx.x, blockDim.x);
+        int64_t so = row_start(s, row), yo = row_start(y, row);
+        Acc r = inverse_rms(s, so, n, eps, shared);
         for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
-            row_store(y, yo + j * ys, row_load<Acc>(x, xo + j * xs) * r * row_load<Acc>(w, j * ws));
+            row_store(y, yo + j * ys, row_load<Acc>(s, so + j * ss) * r * row_load<Acc>(w, j * ws));
     }
 }
 
@@ -41,25 +63,29 @@ __global__ void rmsnorm_fwd_kernel(tg_cuda_view x, tg_cuda_view w, tg_cuda_view 
 constexpr int64_t kWarpRowMax = 512;
 
 template <typename Acc>
-__global__ void rmsnorm_fwd_warp_kernel(tg_cuda_view x, tg_cuda_view w, tg_cuda_view y, int64_t rows, Acc eps)
+__global__ void rmsnorm_fwd_warp_kernel(tg_cuda_view x, residual_add add, tg_cuda_view w, tg_cuda_view y, int64_t rows,
+                                        Acc eps)
 {
     const int lane = threadIdx.x & 31;
     const int64_t first = tg_global_index() >> 5, warps = tg_global_stride() >> 5;
-    int64_t n = x.shape[x.ndim - 1], xs = row_step(x), ws = w.strides[0], ys = row_step(y);
+    const tg_cuda_view &s = add.on ? add.sum : x;
+    int64_t n = x.shape[x.ndim - 1], ss = row_step(s), ws = w.strides[0], ys = row_step(y);
     for (int64_t row = first; row < rows; row += warps) { // the same row for the whole warp
-        int64_t xo = row_start(x, row), yo = row_start(y, row);
+        if (add.on) add_row<Acc>(x, row, add, n, lane, 32);
+        int64_t so = row_start(s, row), yo = row_start(y, row);
         Acc sum_sq = 0;
         for (int64_t j = lane; j < n; j += 32) {
-            Acc v = row_load<Acc>(x, xo + j * xs);
+            Acc v = row_load<Acc>(s, so + j * ss);
             sum_sq += v * v;
         }
         Acc r = (Acc)1 / tg_sqrt(warp_reduce<sum_op>(sum_sq) / (Acc)n + eps);
         for (int64_t j = lane; j < n; j += 32)
-            row_store(y, yo + j * ys, row_load<Acc>(x, xo + j * xs) * r * row_load<Acc>(w, j * ws));
+            row_store(y, yo + j * ys, row_load<Acc>(s, so + j * ss) * r * row_load<Acc>(w, j * ws));
     }
 }
 
-// Per row, with g = dy·w: dx = r·(g − x·r²·mean(g·x)) when want_dx, and, when dw_partial
+// Per row, with g = dy·w: dx = r·(g − x·r²·mean(g·x)) (+ dsum when add_dsum) when want_dx,
+// and, when dw_partial
 // is given, the block's sum of dy_j·x_j·r over its rows into dw_partial[block][j]. Thread
 // t owns columns t, t + blockDim.x, ...: it sums the first kOwnedColumns of them in
 // registers and writes them once at the end, and adds any further ones (rows of more
@@ -71,11 +97,12 @@ __global__ void rmsnorm_fwd_warp_kernel(tg_cuda_view x, tg_cuda_view w, tg_cuda_
 constexpr int kOwnedColumns = 4;
 
 template <typename Acc>
-__global__ void rmsnorm_bwd_kernel(tg_cuda_view x, tg_cuda_view w, tg_cuda_view dy, tg_cuda_view dx, bool want_dx,
-                                   double *dw_partial, int64_t rows, Acc eps)
+__global__ void rmsnorm_bwd_kernel(tg_cuda_view x, tg_cuda_view w, tg_cuda_view dy, tg_cuda_view dsum, bool add_dsum,
+                                   tg_cuda_view dx, bool want_dx, double *dw_partial, int64_t rows, Acc eps)
 {
     __shared__ Acc shared[33];
     int64_t n = x.shape[x.ndim - 1], xs = row_step(x), ws = w.strides[0], gs = row_step(dy), dxs = row_step(dx);
+    int64_t dss = row_step(dsum);
     double *dw_row = dw_partial ? dw_partial + (int64_t)blockIdx.x * n : nullptr;
     double dw_owned[kOwnedColumns] = {};
     for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
@@ -97,10 +124,12 @@ __global__ void rmsnorm_bwd_kernel(tg_cuda_view x, tg_cuda_view w, tg_cuda_view 
         }
         if (!want_dx) continue; // the same for the whole block: no thread skips a barrier alone
         Acc c = r * r * block_sum(sum_gx, shared) / (Acc)n;
-        int64_t dxo = row_start(dx, row);
+        int64_t dxo = row_start(dx, row), dso = row_start(dsum, row);
         for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
             Acc g = row_load<Acc>(dy, go + j * gs) * row_load<Acc>(w, j * ws);
-            row_store(dx, dxo + j * dxs, r * (g - row_load<Acc>(x, xo + j * xs) * c));
+            Acc v = r * (g - row_load<Acc>(x, xo + j * xs) * c);
+            if (add_dsum) v += row_load<Acc>(dsum, dso + j * dss);
+            row_store(dx, dxo + j * dxs, v);
         }
     }
     if (!dw_row) return;
@@ -130,26 +159,30 @@ static int64_t row_count(const tg_tensor *x)
     return n > 0 ? tg_numel(x) / n : 0;
 }
 
-extern "C" tg_status tg_cuda_rmsnorm_fwd(const tg_tensor *x, const tg_tensor *weight, double eps, tg_tensor *y)
+extern "C" tg_status tg_cuda_rmsnorm_fwd(const tg_tensor *x, const tg_tensor *residual, const tg_tensor *weight,
+                                         double eps, tg_tensor *y, tg_tensor *sum)
 {
     int64_t rows = row_count(x);
     if (rows == 0) return TG_OK;
     const int64_t n = x->shape[x->ndim - 1];
+    const char *op = residual ? "tg_add_rmsnorm" : "tg_rmsnorm";
     tg_cuda_view xv = tg_view_of(x), wv = tg_view_of(weight), yv = tg_view_of(y);
+    // Without the add, its views are x's, never read.
+    residual_add add = {tg_view_of(residual ? residual : x), tg_view_of(residual ? sum : x), residual != NULL};
     if (n <= kWarpRowMax) {
         unsigned blocks = tg_blocks_for(rows * 32);
-        if (x->dtype == TG_F64) rmsnorm_fwd_warp_kernel<double><<<blocks, TG_THREADS>>>(xv, wv, yv, rows, eps);
-        else rmsnorm_fwd_warp_kernel<float><<<blocks, TG_THREADS>>>(xv, wv, yv, rows, (float)eps);
-        return tg_cuda_check_launch("tg_rmsnorm");
+        if (x->dtype == TG_F64) rmsnorm_fwd_warp_kernel<double><<<blocks, TG_THREADS>>>(xv, add, wv, yv, rows, eps);
+        else rmsnorm_fwd_warp_kernel<float><<<blocks, TG_THREADS>>>(xv, add, wv, yv, rows, (float)eps);
+        return tg_cuda_check_launch(op);
     }
     unsigned threads = row_threads(n), blocks = row_blocks(rows);
-    if (x->dtype == TG_F64) rmsnorm_fwd_kernel<double><<<blocks, threads>>>(xv, wv, yv, rows, eps);
-    else rmsnorm_fwd_kernel<float><<<blocks, threads>>>(xv, wv, yv, rows, (float)eps);
-    return tg_cuda_check_launch("tg_rmsnorm");
+    if (x->dtype == TG_F64) rmsnorm_fwd_kernel<double><<<blocks, threads>>>(xv, add, wv, yv, rows, eps);
+    else rmsnorm_fwd_kernel<float><<<blocks, threads>>>(xv, add, wv, yv, rows, (float)eps);
+    return tg_cuda_check_launch(op);
 }
 
 extern "C" tg_status tg_cuda_rmsnorm_bwd(const tg_tensor *x, const tg_tensor *weight, double eps, const tg_tensor *dy,
-                                         tg_tensor *dx, tg_tensor *dw)
+                                         const tg_tensor *dsum, tg_tensor *dx, tg_tensor *dw)
 {
     int64_t rows = row_count(x), n = x->shape[x->ndim - 1];
     if (rows == 0) return dw ? tg_cuda_fill(dw, 0.0) : TG_OK; // a sum over no rows
@@ -174,12 +207,15 @@ extern "C" tg_status tg_cuda_rmsnorm_bwd(const tg_tensor *x, const tg_tensor *we
             return status;
         }
     }
-    // Without dx its view is x's, never written (want_dx is false).
+    // Without dx its view is x's, never written (want_dx is false); without dsum, dy's, never read.
     tg_cuda_view xv = tg_view_of(x), wv = tg_view_of(weight), gv = tg_view_of(dy), dxv = tg_view_of(dx ? dx : x);
+    tg_cuda_view dsv = tg_view_of(dsum ? dsum : dy);
     if (x->dtype == TG_F64)
-        rmsnorm_bwd_kernel<double><<<blocks, threads>>>(xv, wv, gv, dxv, dx != NULL, partial, rows, eps);
+        rmsnorm_bwd_kernel<double>
+            <<<blocks, threads>>>(xv, wv, gv, dsv, dsum != NULL, dxv, dx != NULL, partial, rows, eps);
     else
-        rmsnorm_bwd_kernel<float><<<blocks, threads>>>(xv, wv, gv, dxv, dx != NULL, partial, rows, (float)eps);
+        rmsnorm_bwd_kernel<float>
+            <<<blocks, threads>>>(xv, wv, gv, dsv, dsum != NULL, dxv, dx != NULL, partial, rows, (float)eps);
     tg_status status = tg_cuda_check_launch("tg_rmsnorm backward");
     if (status == TG_OK && dw) {
         sum_partials_kernel<<<tg_blocks_for(32 * n), TG_THREADS>>>(partial, (int64_t)blocks, n, tg_view_of(dw));
