@@ -382,34 +382,33 @@ static bool check_forward(const char *fn, const tg_tape *tape, const tg_mamba *m
     return true;
 }
 
-/* embedding → n_layer × (h += mixer(norm(h))) → norm_f → tied head. *where names the
- * failing step; final[i] are written as the layers run. */
+/* embedding → n_layer × (h += mixer(norm(h))) → norm_f → tied head, each residual add fused
+ * into the norm after it (the next layer's, or norm_f). *where names the failing step;
+ * final[i] are written as the layers run. */
 static tg_tensor *model_run(tg_tape *tape, const tg_mamba *model, tg_tensor *ids, const tg_mamba_state *initial,
                             tg_mamba_state *final, char *where, size_t where_size)
 {
     const tg_mamba_config *c = &model->config;
     snprintf(where, where_size, "embedding");
     tg_tensor *h = tg_embedding(tape, model->embedding.weight, ids);
-    for (int64_t i = 0; h && i < c->n_layer; i++) {
-        const tg_mamba_layer *layer = &model->layers[i];
+    const tg_nn_rmsnorm *first = c->n_layer > 0 ? &model->layers[0].norm : &model->norm_f;
+    snprintf(where, where_size, c->n_layer > 0 ? "layer 0 norm" : "norm_f");
+    tg_tensor *normed = h ? tg_rmsnorm(tape, h, first->weight, first->eps) : NULL;
+    for (int64_t i = 0; normed && i < c->n_layer; i++) {
         const char *step = "";
-        snprintf(where, where_size, "layer %lld norm", (long long)i);
-        tg_tensor *normed = tg_rmsnorm(tape, h, layer->norm.weight, layer->norm.eps);
-        tg_tensor *mixed = normed ? mixer_run(tape, &layer->mixer, normed, initial ? &initial[i] : NULL,
-                                              final ? &final[i] : NULL, &step)
-                                  : NULL;
+        tg_tensor *mixed = mixer_run(tape, &model->layers[i].mixer, normed, initial ? &initial[i] : NULL,
+                                     final ? &final[i] : NULL, &step);
         if (!mixed) {
-            if (normed) snprintf(where, where_size, "layer %lld mixer: %s", (long long)i, step);
+            snprintf(where, where_size, "layer %lld mixer: %s", (long long)i, step);
             return NULL;
         }
-        snprintf(where, where_size, "layer %lld residual", (long long)i);
-        h = tg_add(tape, h, mixed);
+        const tg_nn_rmsnorm *next = i + 1 < c->n_layer ? &model->layers[i + 1].norm : &model->norm_f;
+        snprintf(where, where_size, "layer %lld residual and the next norm", (long long)i);
+        normed = tg_add_rmsnorm(tape, h, mixed, next->weight, next->eps, &h);
     }
-    if (!h) return NULL;
-    snprintf(where, where_size, "norm_f");
-    tg_tensor *out = tg_rmsnorm(tape, h, model->norm_f.weight, model->norm_f.eps);
+    if (!normed) return NULL;
     snprintf(where, where_size, "lm_head (tied to the embedding)");
-    return out ? tg_matmul(tape, out, model->embedding.weight, false, true) : NULL;
+    return tg_matmul(tape, normed, model->embedding.weight, false, true);
 }
 
 tg_tensor *tg_mamba_forward(tg_tape *tape, const tg_mamba *model, tg_tensor *ids, const tg_mamba_state *initial,
