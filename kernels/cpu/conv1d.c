@@ -1,4 +1,5 @@
-/* kernels/cpu/conv1d.c: causal conv1d forward and backward on the CPU, in double.
+/* kernels/cpu/conv1d.c: causal conv1d forward and backward on the CPU, in double, but for
+ * SiLU and its slope, which take a float32 exp where the storage is narrower than f64.
  *
  * Each (b, c) row is handled on its own: the row of xe (history + x, length K−1+L) is
  * gathered once into a scratch buffer, so the tap loops read contiguous memory whatever
@@ -7,6 +8,7 @@
  * in that fixed order), belong to one thread, so the split changes no result. */
 #include "kernels/conv1d.h"
 #include "kernels/cpu/rows.h"
+#include "kernels/cpu/float_math.h"
 #include "kernels/cpu/scalar_math.h"
 
 #include <math.h>
@@ -32,14 +34,38 @@ static void gather_row(const tg_conv1d_args *a, int64_t b, int64_t c, int64_t K,
     load_row3(a->x, b, c, L, xe + K - 1);
 }
 
-/* z[t] = bias + Σ_k w[k]·xe[t+k] for every t of the row. */
-static void pre_activations(const double *xe, const double *w, int64_t K, double bias, int64_t L, double *z)
+/* z[t] = bias + Σ_k w[k]·xe[t+k] for every t of the row, the taps added in k order (a
+ * tap's pass over the row vectorises). */
+TG_VECTOR_CLONES
+static void pre_activations(const double *restrict xe, const double *restrict w, int64_t K, double bias, int64_t L,
+                            double *restrict z)
 {
-    for (int64_t t = 0; t < L; t++) {
-        double sum = bias;
-        for (int64_t k = 0; k < K; k++) sum += w[k] * xe[t + k];
-        z[t] = sum;
-    }
+    for (int64_t t = 0; t < L; t++) z[t] = bias;
+    for (int64_t k = 0; k < K; k++)
+        for (int64_t t = 0; t < L; t++) z[t] += w[k] * xe[t + k];
+}
+
+/* z ← silu(z) over a row; wide: in double (f64 storage), else with float32's σ. */
+TG_VECTOR_CLONES
+static void silu_row(double *z, int64_t L, bool wide)
+{
+    if (wide)
+        for (int64_t t = 0; t < L; t++) z[t] *= tg_sigmoid_of(z[t]);
+    else
+        for (int64_t t = 0; t < L; t++) z[t] *= tg_sigmoid_float((float)z[t]);
+}
+
+/* g[t] ← g[t]·silu'(z[t]) = g·σ·(1 + z·(1 − σ)), σ as in silu_row. */
+TG_VECTOR_CLONES
+static void silu_slope_row(double *restrict g, const double *restrict z, int64_t L, bool wide)
+{
+    if (wide)
+        for (int64_t t = 0; t < L; t++) g[t] *= tg_silu_derivative(z[t]);
+    else
+        for (int64_t t = 0; t < L; t++) {
+            const double sigma = tg_sigmoid_float((float)z[t]);
+            g[t] *= sigma * (1.0 + z[t] * (1.0 - sigma));
+        }
 }
 
 /* Weight row c and bias c as doubles. */
@@ -72,8 +98,7 @@ static void conv_forward_channels(void *context, int64_t c_begin, int64_t c_end)
         for (int64_t b = 0; b < B; b++) {
             gather_row(a, b, c, K, L, xe);
             pre_activations(xe, w, K, bias, L, z);
-            if (a->activation == TG_ACT_SILU)
-                for (int64_t t = 0; t < L; t++) z[t] *= tg_sigmoid_of(z[t]);
+            if (a->activation == TG_ACT_SILU) silu_row(z, L, a->x->dtype == TG_F64);
             store_row3(job->out, b, c, L, z);
             if (job->final_states) store_row3(job->final_states, b, c, K - 1, xe + L);
         }
@@ -115,7 +140,18 @@ static void output_gradient(const conv_job *job, int64_t b, int64_t c, double bi
     else for (int64_t t = 0; t < L; t++) s->g[t] = 0.0;
     if (job->a->activation != TG_ACT_SILU) return;
     pre_activations(s->xe, s->w, K, bias, L, s->d);
-    for (int64_t t = 0; t < L; t++) s->g[t] *= tg_silu_derivative(s->d[t]);
+    silu_slope_row(s->g, s->d, L, job->a->x->dtype == TG_F64);
+}
+
+/* dxe[e] = Σ_k w[k]·g[e−k] over the K − 1 + L steps of xe, the taps added in k order (a
+ * tap's pass over the row vectorises). */
+TG_VECTOR_CLONES
+static void input_gradient(const double *restrict w, const double *restrict g, int64_t K, int64_t L,
+                           double *restrict dxe)
+{
+    for (int64_t e = 0; e < K - 1 + L; e++) dxe[e] = 0.0;
+    for (int64_t k = 0; k < K; k++)
+        for (int64_t t = 0; t < L; t++) dxe[t + k] += w[k] * g[t];
 }
 
 /* Row (b, c)'s share of dweight and dbias, and its dx and dinitial_states. */
@@ -133,13 +169,10 @@ static void backward_row(const conv_job *job, int64_t b, int64_t c, double bias,
     }
     /* dxe[s] = Σ_k w[k]·g[s−k] (the reversed, shifted sum), plus the gradient of
      * final_states, which are xe[L .. L+K−2]. */
-    if (job->dfinal) load_row3(job->dfinal, b, c, K - 1, s->d);
-    for (int64_t e = 0; e < E; e++) {
-        double sum = 0.0;
-        const int64_t k_lo = e - L + 1 > 0 ? e - L + 1 : 0, k_hi = e < K - 1 ? e : K - 1;
-        for (int64_t k = k_lo; k <= k_hi; k++) sum += w[k] * g[e - k];
-        if (job->dfinal && e >= L) sum += s->d[e - L];
-        s->dxe[e] = sum;
+    input_gradient(w, g, K, L, s->dxe);
+    if (job->dfinal) {
+        load_row3(job->dfinal, b, c, K - 1, s->d);
+        for (int64_t e = L; e < E; e++) s->dxe[e] += s->d[e - L];
     }
     if (job->dx) store_row3(job->dx, b, c, L, s->dxe + K - 1);
     if (job->dinitial) store_row3(job->dinitial, b, c, K - 1, s->dxe);

@@ -18,7 +18,7 @@
  * (dt = 0, no input) and are never stored. */
 #include "kernels/scan.h"
 #include "kernels/cpu/scan_sums.h"
-#include "kernels/cpu/scalar_math.h"
+#include "kernels/cpu/float_math.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -26,36 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define TG_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define TG_VECTOR_CLONES
-#endif
-
 #define G 16 /* channels advanced together: one AVX-512 vector of floats, two of AVX2 */
-
-/* e^x to about 2 ulp, without branches or calls, so that a loop of it vectorises:
- * x = k·ln2 + r with |r| ≤ ln2/2, e^r by Cephes' polynomial, 2^k from its bits. x is
- * clamped to [−87.3, 88.3], whose results stay normal floats (below, e^x < 1.2e-38 comes
- * back as about that: a decay so small is zero to the scan). */
-static inline float exp_float(float x)
-{
-    x = x < -87.3f ? -87.3f : x > 88.3f ? 88.3f : x;
-    const float k = floorf(x * 1.44269504088896341f + 0.5f);
-    const float r = (x - k * 0.693359375f) - k * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * (r * r) + r + 1.0f;
-    union {
-        int32_t bits;
-        float value;
-    } scale = {((int32_t)k + 127) << 23};
-    return p * scale.value;
-}
 
 /* log x for x in [1, 2], to about 2 ulp, without branches: Cephes' polynomial on the
  * mantissa folded into [√½, √2). */
@@ -88,12 +59,12 @@ static inline float log1p_0_1(float w)
  * from one exp, without branches, so a loop of them vectorises. */
 static inline float softplus_float(float v, float *slope)
 {
-    const float w = exp_float(v > 0 ? -v : v); /* e^−|v| */
+    const float w = tg_exp_float(v > 0 ? -v : v); /* e^−|v| */
     *slope = v > 0 ? 1.0f / (1.0f + w) : w / (1.0f + w);
     return (v > 0 ? v : 0.0f) + log1p_0_1(w);
 }
 
-static inline float silu_float(float x) { return x / (1.0f + exp_float(-x)); }
+static inline float silu_float(float x) { return x / (1.0f + tg_exp_float(-x)); }
 
 /* The gate over count values: y ← y·silu(z). */
 TG_VECTOR_CLONES
@@ -115,7 +86,7 @@ TG_VECTOR_CLONES
 static void gate_gradient(float *restrict dout, const float *restrict z, const float *restrict y, int64_t count)
 {
     for (int64_t i = 0; i < count; i++) {
-        const float sigma = 1.0f / (1.0f + exp_float(-z[i]));
+        const float sigma = 1.0f / (1.0f + tg_exp_float(-z[i]));
         dout[i] *= y[i] * (sigma * (1.0f + z[i] * (1.0f - sigma)));
     }
 }
@@ -287,7 +258,7 @@ static inline double sum_lanes(lanes v)
 static inline void decays(const float *dt, const float *A, int64_t N, float *decay)
 {
     for (int64_t n = 0; n < N; n++)
-        for (int g = 0; g < G; g++) decay[n * G + g] = exp_float(dt[g] * A[n * G + g]);
+        for (int g = 0; g < G; g++) decay[n * G + g] = tg_exp_float(dt[g] * A[n * G + g]);
 }
 
 /* Steps [t0, t1) of the group from q->h: h ← exp(dt·A) ⊙ h + dt·u·Bm_t, y_t = Cm_t·h + Dv·u_t.

@@ -1,0 +1,47 @@
+/* kernels/cpu/float_math.h: float32 functions without branches or calls, so that loops of
+ * them vectorise, and TG_VECTOR_CLONES, which builds a function for AVX-512, AVX2 and plain
+ * x86-64 and lets the CPU pick one when the program loads. A file using them in vector
+ * loops is compiled with -fno-trapping-math (CMakeLists.txt): the clamps' comparisons may
+ * then be assumed not to raise an exception flag; the values are the same. */
+#ifndef TAPEGRAD_KERNELS_CPU_FLOAT_MATH_H
+#define TAPEGRAD_KERNELS_CPU_FLOAT_MATH_H
+
+#include <math.h>
+#include <stdint.h>
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define TG_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define TG_VECTOR_CLONES
+#endif
+
+/* e^x to about 2 ulp: x = k·ln2 + r with |r| ≤ ln2/2, e^r by Cephes' polynomial, 2^k from
+ * its bits. x is clamped to [−87.3, 88.3], whose results stay normal floats (below,
+ * e^x < 1.2e-38 comes back as about that). */
+static inline float tg_exp_float(float x)
+{
+    x = x < -87.3f ? -87.3f : x > 88.3f ? 88.3f : x;
+    const float k = floorf(x * 1.44269504088896341f + 0.5f);
+    const float r = (x - k * 0.693359375f) - k * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;
+    union {
+        int32_t bits;
+        float value;
+    } scale = {((int32_t)k + 127) << 23};
+    return p * scale.value;
+}
+
+/* σ(x) = 1 / (1 + e^−x) from e^−|x|, which cannot overflow. */
+static inline float tg_sigmoid_float(float x)
+{
+    const float e = tg_exp_float(x > 0 ? -x : x);
+    return x > 0 ? 1.0f / (1.0f + e) : e / (1.0f + e);
+}
+
+#endif
