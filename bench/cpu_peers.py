@@ -110,36 +110,41 @@ def build_model(torch, size, scan):
 
 
 def sequential_scan(torch):
+    # The per-step slices come from unbind, whose backward stacks their gradients once;
+    # indexing [:, t] instead would give every step's gradient as a zero-filled tensor of the
+    # whole (B, L, E, N) size, and that, not the recurrence, would set the time.
     def scan(u, delta, A, B, C):  # u, delta (B, L, E); A (E, N); B, C (B, L, N)
-        dA = torch.exp(delta.unsqueeze(-1) * A)  # (B, L, E, N)
-        dBu = (delta * u).unsqueeze(-1) * B.unsqueeze(2)
-        h = torch.zeros_like(dA[:, 0])
+        dA = torch.exp(delta.unsqueeze(-1) * A).unbind(1)  # L × (B, E, N)
+        dBu = ((delta * u).unsqueeze(-1) * B.unsqueeze(2)).unbind(1)
+        Cs = C.unsqueeze(2).unbind(1)  # L × (B, 1, N)
+        h = torch.zeros_like(dA[0])
         ys = []
-        for t in range(u.shape[1]):
-            h = dA[:, t] * h + dBu[:, t]
-            ys.append((h * C[:, t].unsqueeze(1)).sum(-1))
+        for t in range(len(dA)):
+            h = dA[t] * h + dBu[t]
+            ys.append((h * Cs[t]).sum(-1))
         return torch.stack(ys, dim=1)
 
     return scan
 
 
 def chunked_scan(torch, chunk):
+    # Chunks from split (one backward for all), not slices (a zero-filled full-size gradient each).
     def scan(u, delta, A, B, C):
         batch, length, inner = u.shape
-        log_decay = delta.unsqueeze(-1) * A  # (B, L, E, N), ≤ 0
-        dBu = (delta * u).unsqueeze(-1) * B.unsqueeze(2)
+        log_decays = (delta.unsqueeze(-1) * A).split(chunk, dim=1)  # (B, T, E, N) each, ≤ 0
+        dBus = ((delta * u).unsqueeze(-1) * B.unsqueeze(2)).split(chunk, dim=1)
+        Cs = C.split(chunk, dim=1)
         h = u.new_zeros(batch, inner, A.shape[1])
         ys = []
-        for start in range(0, length, chunk):
-            end = min(start + chunk, length)
-            t = end - start
-            S = torch.cumsum(log_decay[:, start:end], dim=1)  # (B, T, E, N)
+        for log_decay, dBu, Ck in zip(log_decays, dBus, Cs):
+            t = log_decay.shape[1]
+            S = torch.cumsum(log_decay, dim=1)  # (B, T, E, N)
             # decay[b, t, s, e, n] = exp(S_t - S_s) for s ≤ t, else 0 (the exponent is ≤ 0 there)
             diff = S.unsqueeze(2) - S.unsqueeze(1)
             mask = torch.ones(t, t, dtype=torch.bool, device=u.device).tril().view(1, t, t, 1, 1)
             decay = torch.exp(diff.masked_fill(~mask, float("-inf")))
-            states = (decay * dBu[:, start:end].unsqueeze(1)).sum(2) + torch.exp(S) * h.unsqueeze(1)
-            ys.append((states * C[:, start:end].unsqueeze(2)).sum(-1))
+            states = (decay * dBu.unsqueeze(1)).sum(2) + torch.exp(S) * h.unsqueeze(1)
+            ys.append((states * Ck.unsqueeze(2)).sum(-1))
             h = states[:, -1]
         return torch.cat(ys, dim=1)
 
