@@ -13,7 +13,4 @@ if command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1; then
 fi
 cmake -S . -B build -DTG_CUDA=$cuda > /dev/null
 cmake --build build -j "$(nproc)" --target train_selective_copy
-# tapegrad splits the selective scan over the CPU's cores; OpenBLAS's own threads would
-# busy-wait on those cores between the model's small matrix products (a third slower here).
-export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
 ./build/train_selective_copy --device auto --csv build/demo.csv "$@"

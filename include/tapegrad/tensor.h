@@ -92,9 +92,11 @@ const char *tg_device_name(tg_device device);
 bool tg_device_available(tg_device device);
 /* TG_DEVICE_AUTO → the device that will be used; others are returned as given. */
 tg_device tg_device_resolve(tg_device device);
-/* CPU threads the CPU kernels may use (today the selective scan splits its batch rows
- * over them). Default: the environment's TG_NUM_THREADS, else the online CPUs. Results
- * are the same bits for any count. n < 1 restores the default. */
+/* CPU threads the CPU kernels may use (the selective scan splits its batch rows over them,
+ * conv1d its channels, RMSNorm its rows). Default: the environment's TG_NUM_THREADS, else
+ * the online CPUs. Results are the same bits for any count. n < 1 restores the default.
+ * OpenBLAS, which the CPU matmul calls, runs on one thread unless OPENBLAS_NUM_THREADS or
+ * OMP_NUM_THREADS is set. */
 void tg_set_num_threads(int n);
 int tg_num_threads(void);
 

@@ -5,12 +5,23 @@
  * transpose of that, is handed over in place (the GEMM's transpose flag absorbs the
  * second case). Any other layout, and every bf16 matrix, is first gathered into a
  * contiguous scratch matrix in the compute type: f64 for f64 tensors, f32 for f32 and
- * bf16. The output is written in place when BLAS can, else through scratch too. */
+ * bf16. The output is written in place when BLAS can, else through scratch too.
+ *
+ * OpenBLAS runs on one thread unless the environment names its thread count
+ * (OPENBLAS_NUM_THREADS or OMP_NUM_THREADS): the library's own kernels split over the
+ * cores, and OpenBLAS's threads, spinning between a training step's small products, would
+ * take cores from them. */
 #include "kernels/matmul.h"
 
 #include <cblas.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdlib.h>
+
+static void keep_blas_on_one_thread(void)
+{
+    if (!getenv("OPENBLAS_NUM_THREADS") && !getenv("OMP_NUM_THREADS")) openblas_set_num_threads(1);
+}
 
 static bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
 
@@ -134,6 +145,8 @@ tg_status tg_cpu_matmul(const tg_tensor *a, const tg_tensor *b, bool transpose_a
     int64_t batches = 1;
     for (int i = 0; i < nd - 2; i++) batches *= out->shape[i];
     if (m == 0 || n == 0 || batches == 0) return TG_OK;
+    static pthread_once_t blas_threads_set = PTHREAD_ONCE_INIT;
+    pthread_once(&blas_threads_set, keep_blas_on_one_thread);
     if (k == 0) {
         fill_zeros(out);
         return TG_OK;
