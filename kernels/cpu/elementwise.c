@@ -1,8 +1,20 @@
-/* kernels/cpu/elementwise.c: elementwise maths on strided CPU tensors, in double. */
+/* kernels/cpu/elementwise.c: elementwise maths on strided CPU tensors, in double. The
+ * iterator's rows are read into double buffers and written back with one dtype switch per
+ * row (kernels/cpu/rows.h), not one per element. */
 #include "kernels/elementwise.h"
+#include "kernels/cpu/rows.h"
 #include "kernels/cpu/scalar_math.h"
 
 #include <math.h>
+#include <stdlib.h>
+
+/* count row buffers of n doubles in one block, or NULL with the error set. */
+static double *row_buffers(const char *op, int64_t n, int count)
+{
+    double *rows = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1) * (size_t)count);
+    if (!rows) tg_set_error(TG_ERR_NOMEM, "%s: out of memory for %d rows of %lld doubles", op, count, (long long)n);
+    return rows;
+}
 
 static double unary(tg_unary_op op, double param, double x)
 {
@@ -42,14 +54,14 @@ tg_status tg_cpu_unary_fwd(tg_unary_op op, double param, const tg_tensor *x, tg_
     tg_iter it;
     tg_iter_init(&it, x->ndim, x->shape, 2, (const int64_t *[]){x->strides, y->strides});
     if (it.empty) return TG_OK;
-    const char *xb = tg_bytes(x);
-    char *yb = tg_bytes(y);
+    double *v = row_buffers("unary op", it.row_length, 1);
+    if (!v) return TG_ERR_NOMEM;
     do {
-        for (int64_t j = 0; j < it.row_length; j++) {
-            double v = tg_load(xb, x->dtype, it.offset[0] + j * it.row_stride[0]);
-            tg_store(yb, y->dtype, it.offset[1] + j * it.row_stride[1], unary(op, param, v));
-        }
+        tg_load_row(x, it.offset[0], it.row_stride[0], it.row_length, v);
+        for (int64_t j = 0; j < it.row_length; j++) v[j] = unary(op, param, v[j]);
+        tg_store_row(y, it.offset[1], it.row_stride[1], it.row_length, v);
     } while (tg_iter_next_row(&it));
+    free(v);
     return TG_OK;
 }
 
@@ -59,16 +71,17 @@ tg_status tg_cpu_unary_bwd(tg_unary_op op, double param, const tg_tensor *x, con
     tg_iter it;
     tg_iter_init(&it, x->ndim, x->shape, 4, (const int64_t *[]){x->strides, y->strides, dy->strides, dx->strides});
     if (it.empty) return TG_OK;
-    const char *xb = tg_bytes(x), *yb = tg_bytes(y), *dyb = tg_bytes(dy);
-    char *dxb = tg_bytes(dx);
+    const int64_t n = it.row_length;
+    double *xv = row_buffers("unary op backward", n, 3), *yv = xv + n, *g = yv + n;
+    if (!xv) return TG_ERR_NOMEM;
     do {
-        for (int64_t j = 0; j < it.row_length; j++) {
-            double xv = tg_load(xb, x->dtype, it.offset[0] + j * it.row_stride[0]);
-            double yv = tg_load(yb, y->dtype, it.offset[1] + j * it.row_stride[1]);
-            double g = tg_load(dyb, dy->dtype, it.offset[2] + j * it.row_stride[2]);
-            tg_store(dxb, dx->dtype, it.offset[3] + j * it.row_stride[3], g * unary_derivative(op, param, xv, yv));
-        }
+        tg_load_row(x, it.offset[0], it.row_stride[0], n, xv);
+        tg_load_row(y, it.offset[1], it.row_stride[1], n, yv);
+        tg_load_row(dy, it.offset[2], it.row_stride[2], n, g);
+        for (int64_t j = 0; j < n; j++) g[j] *= unary_derivative(op, param, xv[j], yv[j]);
+        tg_store_row(dx, it.offset[3], it.row_stride[3], n, g);
     } while (tg_iter_next_row(&it));
+    free(xv);
     return TG_OK;
 }
 
@@ -91,14 +104,15 @@ tg_status tg_cpu_binary_fwd(tg_binary_op op, const tg_tensor *a, const tg_tensor
     tg_iter it;
     tg_iter_init(&it, out->ndim, out->shape, 3, (const int64_t *[]){sa, sb, out->strides});
     if (it.empty) return TG_OK;
-    const char *ab = tg_bytes(a), *bb = tg_bytes(b);
-    char *ob = tg_bytes(out);
+    const int64_t n = it.row_length;
+    double *av = row_buffers("binary op", n, 2), *bv = av + n;
+    if (!av) return TG_ERR_NOMEM;
     do {
-        for (int64_t j = 0; j < it.row_length; j++) {
-            double av = tg_load(ab, a->dtype, it.offset[0] + j * it.row_stride[0]);
-            double bv = tg_load(bb, b->dtype, it.offset[1] + j * it.row_stride[1]);
-            tg_store(ob, out->dtype, it.offset[2] + j * it.row_stride[2], binary(op, av, bv));
-        }
+        tg_load_row(a, it.offset[0], it.row_stride[0], n, av);
+        tg_load_row(b, it.offset[1], it.row_stride[1], n, bv);
+        for (int64_t j = 0; j < n; j++) av[j] = binary(op, av[j], bv[j]);
+        tg_store_row(out, it.offset[2], it.row_stride[2], n, av);
     } while (tg_iter_next_row(&it));
+    free(av);
     return TG_OK;
 }
