@@ -34,6 +34,43 @@ static void add_strided(char *out, tg_dtype out_dtype, const int64_t *out_stride
     } while (tg_iter_next_row(&it));
 }
 
+/* A new, unwritten gradient for the activation t, off the tape (the backward frees it as
+ * soon as t's producer has used it). When t is dense in another order than the
+ * contiguous one, its gradient is laid out like it, so that a producer whose kernels follow
+ * its output's layout gets its gradient in that layout (a channel-last conv1d output: the
+ * stream kernels, not the tile ones). Other views (slices, broadcasts) get contiguous
+ * gradients. */
+static tg_tensor *new_activation_grad(const tg_tensor *t)
+{
+    tg_tensor *grad = tg_tensor_new_uninitialized(t->dtype, t->device, t->ndim, t->shape);
+    if (!grad) return NULL;
+    int64_t dense[TG_MAX_DIMS];
+    const size_t stride_bytes = sizeof dense[0] * (size_t)t->ndim;
+    tg_dense_strides_like(t, dense);
+    if (memcmp(dense, t->strides, stride_bytes) == 0) memcpy(grad->strides, dense, stride_bytes);
+    return grad;
+}
+
+tg_tensor *tg_node_grad_buffer(tg_node *node, int input_index)
+{
+    if (!node || input_index < 0 || input_index >= node->n_inputs || !node->inputs[input_index]) {
+        tg_set_error(TG_ERR_INVALID, "tg_node_grad_buffer: %s has no input %d", node ? node->op : "(no node)",
+                     input_index);
+        return NULL;
+    }
+    tg_tensor *x = node->inputs[input_index];
+    if (x->producer && !x->grad && input_index < 64 && tg_node_needs_grad(node, input_index)) {
+        tg_tensor *grad = new_activation_grad(x);
+        if (grad && tg_is_contiguous(grad)) {
+            x->grad = grad;
+            node->grads_in_place |= (uint64_t)1 << input_index;
+            return grad;
+        }
+        tg_tensor_free(grad);
+    }
+    return tg_empty_like(node->tape, x);
+}
+
 tg_status tg_accumulate_grad(tg_tape *tape, tg_tensor *t, const tg_tensor *g)
 {
     if (!tg_same_shape(t, g)) {
@@ -50,19 +87,9 @@ tg_status tg_accumulate_grad(tg_tape *tape, tg_tensor *t, const tg_tensor *g)
                                 t->producer ? t->producer->op : "leaf");
     }
     if (!t->grad && t->producer) {
-        /* An activation's gradient lives off the tape, so the backward can free it as soon as
-         * its producer has used it. Its first contribution is copied in (rounded once to
-         * t's dtype, as 0 + g would be): no zero fill, no read of zeros. When t is dense in
-         * another order than the contiguous one, its gradient is laid out like it, so that a
-         * producer whose kernels follow its output's layout gets its gradient in that layout
-         * (a channel-last conv1d output: the stream kernels, not the tile ones, and a straight
-         * copy here when the gradient comes back through a transposed view). Other views
-         * (slices, broadcasts) keep contiguous gradients. */
-        if (!(t->grad = tg_tensor_new_uninitialized(t->dtype, t->device, t->ndim, t->shape))) return TG_ERR_NOMEM;
-        int64_t dense[TG_MAX_DIMS];
-        const size_t stride_bytes = sizeof dense[0] * (size_t)t->ndim;
-        tg_dense_strides_like(t, dense);
-        if (memcmp(dense, t->strides, stride_bytes) == 0) memcpy(t->grad->strides, dense, stride_bytes);
+        /* An activation's first contribution is copied in (rounded once to t's dtype, as
+         * 0 + g would be): no zero fill, no read of zeros. */
+        if (!(t->grad = new_activation_grad(t))) return TG_ERR_NOMEM;
         tg_status status = tg_copy(t->grad, g);
         if (status != TG_OK) {
             tg_tensor_free(t->grad);

@@ -314,9 +314,13 @@ static tg_status run_node_backward(tg_tape *tape, tg_node *node)
     if (!dy || !dx) return tg_set_error(TG_ERR_NOMEM, "tg_backward: out of memory at %s", node->op);
     for (int j = 0; j < node->n_outputs; j++) dy[j] = node->outputs[j] ? node->outputs[j]->grad : NULL;
     memset(dx, 0, sizeof(tg_tensor *) * (size_t)(node->n_inputs + 1));
+    node->grads_in_place = 0;
     status = node->backward(node, dy, dx);
     for (int i = 0; i < node->n_inputs && status == TG_OK; i++) {
         if (!dx[i] || !tg_node_needs_grad(node, i)) continue;
+        /* written in place: already the input's gradient (the bit, not the pointer, says so:
+         * the same tensor given as the gradient of a second input is still added) */
+        if (i < 64 && node->grads_in_place >> i & 1 && dx[i] == node->inputs[i]->grad) continue;
         status = tg_accumulate_grad(tape, node->inputs[i], dx[i]);
     }
     if (status != TG_OK) return status;

@@ -159,6 +159,68 @@ Test(tape, an_activation_gradient_is_laid_out_like_a_dense_activation)
     check_handed_layout((int64_t[]){2 * L * C, 2, 2 * C}, 2 * B * C * L, (int64_t[]){C * L, L, 1});
 }
 
+/* y = p + q as an op whose backward writes p's gradient in place (tg_node_grad_buffer)
+ * and hands the same tensor on as q's; it fails instead when pair_sum_fails is set. */
+static bool pair_sum_fails;
+
+static tg_status pair_sum_backward(tg_node *node, tg_tensor *const *dy, tg_tensor **dx)
+{
+    tg_tensor *g = tg_node_grad_buffer(node, 0);
+    if (!g || tg_copy(g, dy[0]) != TG_OK) return TG_ERR_NOMEM;
+    dx[0] = dx[1] = g;
+    return pair_sum_fails ? tg_set_error(TG_ERR_STATE, "pair_sum backward: asked to fail") : TG_OK;
+}
+
+static tg_tensor *pair_sum(tg_tape *tape, tg_tensor *p, tg_tensor *q)
+{
+    bool was_enabled = tg_tape_set_grad_enabled(tape, false); /* the values, unrecorded */
+    tg_tensor *y = tg_add(tape, p, q), *inputs[2] = {p, q};
+    tg_tape_set_grad_enabled(tape, was_enabled);
+    cr_assert(y, "%s", tg_last_error());
+    tg_op_record record = {"pair_sum", pair_sum_backward, inputs, 2, &y, 1, NULL, 0};
+    cr_assert_eq(tg_record(tape, &record), TG_OK, "%s", tg_last_error());
+    return y;
+}
+
+/* loss = Σ r1·pair_sum(a, a) + Σ r2·(3a) with a = tanh(x): the first backward to reach a
+ * (3a's, recorded last) writes a's gradient; pair_sum's in-place gradient and the same tensor
+ * as its second input's must both still count: dx = (2·r1 + 3·r2)·(1 − a²). */
+static void check_in_place_sum(tg_tape *tape, tg_tensor *x, tg_tensor *r1, tg_tensor *r2)
+{
+    tg_tensor *a = tg_tanh(tape, x);
+    tg_tensor *loss = tg_add(tape, tg_sum_all(tape, tg_mul(tape, pair_sum(tape, a, a), r1)),
+                             tg_sum_all(tape, tg_mul(tape, tg_scale(tape, a, 3.0), r2)));
+    tg_zero_grad(x);
+    tg_status status = tg_backward(tape, loss);
+    if (pair_sum_fails) {
+        cr_assert_neq(status, TG_OK);
+        cr_assert(strstr(tg_last_error(), "asked to fail"), "%s", tg_last_error());
+        return;
+    }
+    cr_assert_eq(status, TG_OK, "%s", tg_last_error());
+    for (int64_t i = 0; i < tg_numel(x); i++) {
+        double av = tanh(tg_get_flat(x, i));
+        double expected = (2 * tg_get_flat(r1, i) + 3 * tg_get_flat(r2, i)) * (1 - av * av);
+        cr_assert_float_eq(tg_get_flat(x->grad, i), expected, 1e-12, "element %lld", (long long)i);
+    }
+}
+
+Test(tape, gradients_written_in_place_still_sum_with_the_others)
+{
+    tg_tape *tape = tg_tape_create();
+    int64_t shape[2] = {tt_randint(1, 5), tt_randint(1, 7)};
+    tg_tensor *x = tt_leaf(tape, TG_F64, 2, shape), *r1 = tt_randn(tape, TG_F64, 2, shape);
+    tg_tensor *r2 = tt_randn(tape, TG_F64, 2, shape);
+    pair_sum_fails = false;
+    check_in_place_sum(tape, x, r1, r2);
+    /* a backward that fails after writing in place leaves nothing behind for the next */
+    pair_sum_fails = true;
+    check_in_place_sum(tape, x, r1, r2);
+    pair_sum_fails = false;
+    check_in_place_sum(tape, x, r1, r2);
+    tg_tape_free(tape);
+}
+
 Test(tape, backward_rejects_bad_arguments)
 {
     tg_tape *tape = tg_tape_create();

@@ -47,8 +47,8 @@ tg_tensor *tg_detach(tg_tape *tape, tg_tensor *x);
 /* A backward function. dy[j] is the gradient of output j, or NULL when none reached
  * it (treat as zeros; a single-output node is only called with dy[0] != NULL).
  * It stores in dx[i] the gradient of input i (a tensor of input i's shape and dtype,
- * usually allocated with tg_empty on node->tape) or leaves it NULL when
- * tg_node_needs_grad(node, i) is false. It never touches ->grad itself. */
+ * allocated with tg_node_grad_buffer, or with tg_empty on node->tape) or leaves it NULL
+ * when tg_node_needs_grad(node, i) is false. It never touches ->grad itself. */
 typedef tg_status (*tg_backward_fn)(tg_node *node, tg_tensor *const *dy, tg_tensor **dx);
 
 struct tg_node {
@@ -61,7 +61,15 @@ struct tg_node {
     tg_tensor **outputs;
     void *ctx;               /* the op's saved parameters (a copy made by tg_record) */
     tg_node *prev;           /* the node recorded before this one */
+    uint64_t grads_in_place; /* bit i: input i's gradient was written in place (tg_node_grad_buffer) */
 };
+
+/* Where a backward writes input i's gradient: when it is the first gradient to reach an
+ * activation (a tensor an op produced) whose gradient is laid out contiguously, the
+ * input's own gradient buffer, so the tape has nothing left to add or copy; otherwise a
+ * new tensor on node->tape, which the tape adds into the gradient after the backward. The
+ * backward must write every element. NULL (error set) when out of memory. */
+tg_tensor *tg_node_grad_buffer(tg_node *node, int input_index);
 
 typedef struct {
     const char *op;
