@@ -9,7 +9,7 @@ static const copy_kernel copy[TG_DEVICE_COUNT] = TG_KERNELS(tg_copy, tg_copy);
 static tg_status copy_backward(tg_node *node, tg_tensor *const *dy, tg_tensor **dx)
 {
     const tg_tensor *x = node->inputs[0];
-    dx[0] = tg_empty_like(node->tape, x);
+    dx[0] = tg_node_grad_buffer(node, 0);
     if (!dx[0]) return TG_ERR_NOMEM;
     return TG_DISPATCH(node->op, copy, x->device, dx[0], dy[0]);
 }

@@ -26,7 +26,7 @@ static tg_status unary_backward(tg_node *node, tg_tensor *const *dy, tg_tensor *
 {
     const unary_ctx *ctx = node->ctx;
     tg_tensor *x = node->inputs[0], *y = node->outputs[0];
-    dx[0] = tg_empty_like(node->tape, x);
+    dx[0] = tg_node_grad_buffer(node, 0);
     if (!dx[0]) return TG_ERR_NOMEM;
     return TG_DISPATCH(ctx->name, unary_bwd, x->device, ctx->op, ctx->param, x, y, dy[0], dx[0]);
 }

@@ -28,7 +28,7 @@ static tg_status cross_entropy_backward(tg_node *node, tg_tensor *const *dy, tg_
 {
     const cross_entropy_ctx *ctx = node->ctx;
     const tg_tensor *logits = node->inputs[0], *targets = node->inputs[1];
-    dx[0] = tg_empty_like(node->tape, logits);
+    dx[0] = tg_node_grad_buffer(node, 0);
     if (!dx[0]) return TG_ERR_NOMEM;
     return TG_DISPATCH(node->op, ce_bwd, logits->device, logits, targets, ctx->ignore_index, ctx->count, dy[0], dx[0]);
 }

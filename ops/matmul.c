@@ -11,7 +11,7 @@
  * and an input given transposed gets the transpose of that:
  *   dA = dC·op(B)ᵀ,  or with transpose_a  dA = (dC·op(B)ᵀ)ᵀ = op(B)·dCᵀ
  *   dB = op(A)ᵀ·dC,  or with transpose_b  dB = (op(A)ᵀ·dC)ᵀ = dCᵀ·op(A)
- * each one tg_matmul with the matching transpose flags. A matrix shared by every batch
+ * each one product with the matching transpose flags, written into the input's gradient. A matrix shared by every batch
  * receives the sum of its per-batch gradients, Σ_b X_b·Y_b, which is the single product
  * [X_1 … X_B]·[Y_1; …; Y_B] when the batch folds into the inner dimension of both
  * (for a linear layer x (B, T, D) @ W (D, N): dW = x_flatᵀ·dC_flat with x_flat (B·T, D)).
@@ -99,12 +99,6 @@ static tg_tensor *product_summed_over_batch(tg_tape *tape, tg_tensor *x, bool tx
     return stacked ? tg_sum(tape, stacked, 0, false) : NULL;
 }
 
-/* op(X)·op(Y), summed over the batch when the gradient is for a shared 2-D matrix. */
-static tg_tensor *gradient_product(tg_tape *tape, tg_tensor *x, bool tx, tg_tensor *y, bool ty, bool shared)
-{
-    return shared ? product_summed_over_batch(tape, x, tx, y, ty) : tg_matmul(tape, x, y, tx, ty);
-}
-
 /* Checks ranks, batch axes and the inner dimension; writes the result's shape. */
 static bool check_shapes(const tg_tensor *a, const tg_tensor *b, bool ta, bool tb, int *ndim, int64_t *shape)
 {
@@ -170,22 +164,32 @@ static tg_status run_forward(tg_tape *tape, tg_tensor *a, tg_tensor *b, bool ta,
     return TG_DISPATCH("tg_matmul", matmul_fwd, a->device, a, b, ta, tb, out);
 }
 
+/* op(X)·op(Y) as input i's gradient, written into its gradient buffer; summed over the
+ * batch when the gradient is for a shared 2-D matrix. */
+static tg_tensor *gradient_product(tg_node *node, int i, tg_tensor *x, bool tx, tg_tensor *y, bool ty, bool shared)
+{
+    if (shared) return product_summed_over_batch(node->tape, x, tx, y, ty);
+    tg_tensor *out = tg_node_grad_buffer(node, i);
+    return out && run_forward(node->tape, x, y, tx, ty, out) == TG_OK ? out : NULL;
+}
+
 /* dA = dC·op(B)ᵀ, or op(B)·dCᵀ with transpose_a; dB = op(A)ᵀ·dC, or dCᵀ·op(A) with
  * transpose_b (derived at the top of the file); summed over the batch for a shared matrix. */
 static tg_status matmul_backward(tg_node *node, tg_tensor *const *dy, tg_tensor **dx)
 {
     const matmul_ctx *ctx = node->ctx;
-    tg_tape *tape = node->tape;
     tg_tensor *a = node->inputs[0], *b = node->inputs[1], *g = dy[0];
     bool ta = ctx->transpose_a, tb = ctx->transpose_b;
     if (tg_node_needs_grad(node, 0)) {
         bool shared = a->ndim == 2 && b->ndim > 2;
-        dx[0] = ta ? gradient_product(tape, b, tb, g, true, shared) : gradient_product(tape, g, false, b, !tb, shared);
+        dx[0] = ta ? gradient_product(node, 0, b, tb, g, true, shared)
+                   : gradient_product(node, 0, g, false, b, !tb, shared);
         if (!dx[0]) return TG_ERR_NOMEM;
     }
     if (tg_node_needs_grad(node, 1)) {
         bool shared = b->ndim == 2 && a->ndim > 2;
-        dx[1] = tb ? gradient_product(tape, g, true, a, ta, shared) : gradient_product(tape, a, !ta, g, false, shared);
+        dx[1] = tb ? gradient_product(node, 1, g, true, a, ta, shared)
+                   : gradient_product(node, 1, a, !ta, g, false, shared);
         if (!dx[1]) return TG_ERR_NOMEM;
     }
     return TG_OK;

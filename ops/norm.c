@@ -34,7 +34,7 @@ static tg_status rmsnorm_backward(tg_node *node, tg_tensor *const *dy, tg_tensor
 {
     const rmsnorm_ctx *ctx = node->ctx;
     tg_tensor *x = node->inputs[0], *weight = node->inputs[1];
-    if (tg_node_needs_grad(node, 0) && !(dx[0] = tg_empty_like(node->tape, x))) return TG_ERR_NOMEM;
+    if (tg_node_needs_grad(node, 0) && !(dx[0] = tg_node_grad_buffer(node, 0))) return TG_ERR_NOMEM;
     if (tg_node_needs_grad(node, 1) && !(dx[1] = tg_empty_like(node->tape, weight))) return TG_ERR_NOMEM;
     return TG_DISPATCH(node->op, rmsnorm_bwd, x->device, x, weight, ctx->eps, dy[0], NULL, dx[0], dx[1]);
 }
@@ -90,7 +90,9 @@ static tg_status add_rmsnorm_backward(tg_node *node, tg_tensor *const *dy, tg_te
     if (!dy[0]) {
         dsum = dy[1];
     } else {
-        if (want_sum && !(dsum = tg_empty_like(node->tape, sum))) return TG_ERR_NOMEM;
+        /* the sum's gradient, in place as the residual's (or x's) when it may be */
+        int first = tg_node_needs_grad(node, 0) ? 0 : 1;
+        if (want_sum && !(dsum = tg_node_grad_buffer(node, first))) return TG_ERR_NOMEM;
         if (tg_node_needs_grad(node, 2) && !(dx[2] = tg_empty_like(node->tape, weight))) return TG_ERR_NOMEM;
         tg_status status = TG_DISPATCH(node->op, rmsnorm_bwd, sum->device, sum, weight, ctx->eps, dy[0], dy[1], dsum, dx[2]);
         if (status != TG_OK) return status;

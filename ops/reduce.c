@@ -18,7 +18,7 @@ static tg_status sum_backward(tg_node *node, tg_tensor *const *dy, tg_tensor **d
 {
     const sum_ctx *ctx = node->ctx;
     const tg_tensor *x = node->inputs[0];
-    dx[0] = tg_empty_like(node->tape, x);
+    dx[0] = tg_node_grad_buffer(node, 0);
     if (!dx[0]) return TG_ERR_NOMEM;
     /* With keepdim, dy still has the reduced axis (of size 1): view it without. */
     const tg_tensor *g = dy[0];

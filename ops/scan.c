@@ -46,7 +46,7 @@ static tg_scan_args args_of(const tg_node *node)
 static tg_tensor *grad_for(tg_node *node, int i, bool *failed)
 {
     if (!tg_node_needs_grad(node, i)) return NULL;
-    tg_tensor *t = tg_empty_like(node->tape, node->inputs[i]);
+    tg_tensor *t = tg_node_grad_buffer(node, i);
     if (!t) *failed = true;
     return t;
 }

@@ -23,7 +23,7 @@ static tg_status softmax_backward(tg_node *node, tg_tensor *const *dy, tg_tensor
 {
     const softmax_ctx *ctx = node->ctx;
     const tg_tensor *y = node->outputs[0];
-    dx[0] = tg_empty_like(node->tape, node->inputs[0]);
+    dx[0] = tg_node_grad_buffer(node, 0);
     if (!dx[0]) return TG_ERR_NOMEM;
     return TG_DISPATCH(node->op, softmax_bwd, y->device, y, dy[0], ctx->log, dx[0]);
 }
