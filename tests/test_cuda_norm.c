@@ -2,8 +2,8 @@
  * (1-D to 4-D, odd row lengths, strided x, weight and output gradient) in f32, bf16 and
  * f64; one gradient at a time; large rows and many short rows; reproducible weight
  * gradients; zero rows; and the mixed-device error. tg_add_rmsnorm the same way, in the
- * warp (rows up to 512) and block kernels, with either output's gradient alone. Skipped
- * without a GPU. */
+ * warp and block kernels, with either output's gradient alone; f16 at the warp-per-row
+ * kernels' row limit. Skipped without a GPU. */
 #include "cuda_util.h"
 
 #include <stdio.h>
@@ -215,4 +215,18 @@ Test(cuda_add_rmsnorm, long_rows_and_either_output_alone)
     shape[2] = tt_randint(1, 512);
     compare_add_case(TG_F32, 3, shape, false, false, true);
     compare_add_case(TG_F32, 3, shape, false, true, false);
+}
+
+Test(cuda_add_rmsnorm, f16_and_the_fast_kernels_row_limit)
+{
+    tt_require_cuda();
+    /* Contiguous rows of up to 1024 take the warp-per-row kernels, longer ones the block
+     * kernels; f16 storage goes the way of bf16. */
+    const int64_t lengths[3] = {1023, 1024, 1025};
+    for (int i = 0; i < 3; i++) {
+        int64_t shape[2] = {tt_randint(3, 40), lengths[i]};
+        compare_add_case(TG_F32, 2, shape, false, true, true);
+        compare_add_case(TG_F16, 2, shape, false, true, true);
+        compare_case(TG_F16, 2, shape, false, true, true);
+    }
 }

@@ -153,6 +153,122 @@ __global__ void sum_partials_kernel(const double *partial, int64_t n_parts, int6
     }
 }
 
+// ---- contiguous rows of f32, bf16 or f16: the training step's case ------------------------------
+// One warp per row, typed loads and stores (no per-element dtype switch), float math. The
+// backward keeps a row's x and dy in registers (kCols per lane: rows of up to 32·kCols), and
+// each warp sums its rows' dw terms in registers; a block adds its warps' sums in a fixed
+// order into its own row of the partial-sum matrix, which sum_partials_kernel reduces.
+constexpr int64_t kFastRowMax = 1024;
+constexpr int kFastWarps = 8; // warps per block
+
+template <typename T>
+__global__ void rmsnorm_fwd_rows_kernel(const T *x, const T *residual, T *sum, const T *w, T *y, int64_t rows,
+                                        int64_t n, float eps)
+{
+    const int lane = threadIdx.x & 31;
+    for (int64_t row = tg_global_index() >> 5; row < rows; row += tg_global_stride() >> 5) {
+        const T *s = x + row * n;
+        if (residual) { // sum = x + residual, rounded, then normalised as stored
+            T *out = sum + row * n;
+            for (int64_t j = lane; j < n; j += 32)
+                out[j] = tg_from_float<T>(tg_to_float(s[j]) + tg_to_float(residual[row * n + j]));
+            s = out;
+        }
+        float sum_sq = 0;
+        for (int64_t j = lane; j < n; j += 32) {
+            const float v = tg_to_float(s[j]);
+            sum_sq += v * v;
+        }
+        const float r = 1.0f / sqrtf(warp_reduce<sum_op>(sum_sq) / (float)n + eps);
+        for (int64_t j = lane; j < n; j += 32) y[row * n + j] = tg_from_float<T>(tg_to_float(s[j]) * r * tg_to_float(w[j]));
+    }
+}
+
+template <typename T, int kCols>
+__global__ void rmsnorm_bwd_rows_kernel(const T *x, const T *w, const T *dy, const T *dsum, T *dx, double *dw_partial,
+                                        int64_t rows, int64_t n, float eps)
+{
+    __shared__ float warp_dw[kFastWarps][32 * kCols];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float dw[kCols] = {}, xv[kCols], gv[kCols];
+    for (int64_t row = tg_global_index() >> 5; row < rows; row += tg_global_stride() >> 5) {
+        float sum_sq = 0, sum_gx = 0;
+#pragma unroll
+        for (int k = 0; k < kCols; k++) {
+            const int64_t j = lane + 32 * k;
+            xv[k] = j < n ? tg_to_float(x[row * n + j]) : 0.0f;
+            gv[k] = j < n ? tg_to_float(dy[row * n + j]) : 0.0f;
+            sum_sq += xv[k] * xv[k];
+            sum_gx += gv[k] * (j < n ? tg_to_float(w[j]) : 0.0f) * xv[k];
+        }
+        const float r = 1.0f / sqrtf(warp_reduce<sum_op>(sum_sq) / (float)n + eps);
+        const float c = r * r * warp_reduce<sum_op>(sum_gx) / (float)n;
+#pragma unroll
+        for (int k = 0; k < kCols; k++) {
+            const int64_t j = lane + 32 * k;
+            if (j >= n) break;
+            dw[k] += gv[k] * xv[k] * r;
+            if (!dx) continue;
+            float v = r * (gv[k] * tg_to_float(w[j]) - xv[k] * c);
+            if (dsum) v += tg_to_float(dsum[row * n + j]);
+            dx[row * n + j] = tg_from_float<T>(v);
+        }
+    }
+    if (!dw_partial) return;
+#pragma unroll
+    for (int k = 0; k < kCols; k++) warp_dw[warp][lane + 32 * k] = dw[k];
+    __syncthreads();
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+        double total = 0;
+        for (int v = 0; v < kFastWarps; v++) total += (double)warp_dw[v][j];
+        dw_partial[(int64_t)blockIdx.x * n + j] = total;
+    }
+}
+
+// Whether the fast kernels take these tensors: f32, bf16 or f16, every row contiguous and
+// the rows packed, rows of at most kFastRowMax.
+static bool fast_rows(const tg_tensor *x, const tg_tensor *const *others, int count)
+{
+    if (x->dtype == TG_F64 || x->shape[x->ndim - 1] > kFastRowMax || !tg_is_contiguous(x)) return false;
+    for (int i = 0; i < count; i++)
+        if (others[i] && !tg_is_contiguous(others[i])) return false;
+    return true;
+}
+
+template <typename T> static T *typed(const tg_tensor *t) { return t ? (T *)tg_view_of(t).data : nullptr; }
+
+template <typename T>
+static void launch_fwd_rows(const tg_tensor *x, const tg_tensor *residual, const tg_tensor *weight, double eps,
+                            tg_tensor *y, tg_tensor *sum, int64_t rows)
+{
+    const int64_t n = x->shape[x->ndim - 1];
+    rmsnorm_fwd_rows_kernel<T><<<tg_blocks_for(rows * 32), TG_THREADS>>>(
+        typed<T>(x), typed<T>(residual), typed<T>(sum), typed<T>(weight), typed<T>(y), rows, n, (float)eps);
+}
+
+template <typename T, int kCols>
+static void launch_bwd_rows(const tg_tensor *x, const tg_tensor *weight, double eps, const tg_tensor *dy,
+                            const tg_tensor *dsum, tg_tensor *dx, double *partial, unsigned blocks, int64_t rows)
+{
+    rmsnorm_bwd_rows_kernel<T, kCols><<<blocks, 32 * kFastWarps>>>(typed<T>(x), typed<T>(weight), typed<T>(dy),
+                                                                   typed<T>(dsum), typed<T>(dx), partial, rows,
+                                                                   x->shape[x->ndim - 1], (float)eps);
+}
+
+// The backward's kCols: the fewest that hold a row of n.
+template <typename T>
+static void launch_bwd_rows_for(const tg_tensor *x, const tg_tensor *weight, double eps, const tg_tensor *dy,
+                                const tg_tensor *dsum, tg_tensor *dx, double *partial, unsigned blocks, int64_t rows)
+{
+    const int64_t n = x->shape[x->ndim - 1];
+    if (n <= 64) launch_bwd_rows<T, 2>(x, weight, eps, dy, dsum, dx, partial, blocks, rows);
+    else if (n <= 128) launch_bwd_rows<T, 4>(x, weight, eps, dy, dsum, dx, partial, blocks, rows);
+    else if (n <= 256) launch_bwd_rows<T, 8>(x, weight, eps, dy, dsum, dx, partial, blocks, rows);
+    else if (n <= 512) launch_bwd_rows<T, 16>(x, weight, eps, dy, dsum, dx, partial, blocks, rows);
+    else if (n <= 768) launch_bwd_rows<T, 24>(x, weight, eps, dy, dsum, dx, partial, blocks, rows);
+    else launch_bwd_rows<T, 32>(x, weight, eps, dy, dsum, dx, partial, blocks, rows);
+}
+
 static int64_t row_count(const tg_tensor *x)
 {
     int64_t n = x->shape[x->ndim - 1];
@@ -166,6 +282,13 @@ extern "C" tg_status tg_cuda_rmsnorm_fwd(const tg_tensor *x, const tg_tensor *re
     if (rows == 0) return TG_OK;
     const int64_t n = x->shape[x->ndim - 1];
     const char *op = residual ? "tg_add_rmsnorm" : "tg_rmsnorm";
+    const tg_tensor *others[4] = {residual, weight, y, sum};
+    if (fast_rows(x, others, 4)) {
+        if (x->dtype == TG_F32) launch_fwd_rows<float>(x, residual, weight, eps, y, sum, rows);
+        else if (x->dtype == TG_BF16) launch_fwd_rows<__nv_bfloat16>(x, residual, weight, eps, y, sum, rows);
+        else launch_fwd_rows<__half>(x, residual, weight, eps, y, sum, rows);
+        return tg_cuda_check_launch(op);
+    }
     tg_cuda_view xv = tg_view_of(x), wv = tg_view_of(weight), yv = tg_view_of(y);
     // Without the add, its views are x's, never read.
     residual_add add = {tg_view_of(residual ? residual : x), tg_view_of(residual ? sum : x), residual != NULL};
@@ -181,41 +304,60 @@ extern "C" tg_status tg_cuda_rmsnorm_fwd(const tg_tensor *x, const tg_tensor *re
     return tg_cuda_check_launch(op);
 }
 
+// The partial-sum matrix of dw: one row of n doubles per block (zeroed when asked).
+static tg_status alloc_partials(unsigned blocks, int64_t n, bool zeroed, double **partial, size_t *bytes_out)
+{
+    int64_t count, bytes;
+    if (tg_mul_overflows((int64_t)blocks, n, &count) || tg_mul_overflows(count, (int64_t)sizeof(double), &bytes))
+        return tg_set_error(TG_ERR_OVERFLOW, "tg_rmsnorm backward: %u x %lld partial sums are too many", blocks,
+                            (long long)n);
+    *bytes_out = (size_t)bytes;
+    tg_status status = tg_device_alloc(TG_DEVICE_CUDA, *bytes_out, (void **)partial);
+    if (status == TG_OK && zeroed) status = tg_device_zero(TG_DEVICE_CUDA, *partial, *bytes_out);
+    if (status != TG_OK) tg_device_free(TG_DEVICE_CUDA, *partial, *bytes_out);
+    return status;
+}
+
 extern "C" tg_status tg_cuda_rmsnorm_bwd(const tg_tensor *x, const tg_tensor *weight, double eps, const tg_tensor *dy,
                                          const tg_tensor *dsum, tg_tensor *dx, tg_tensor *dw)
 {
     int64_t rows = row_count(x), n = x->shape[x->ndim - 1];
     if (rows == 0) return dw ? tg_cuda_fill(dw, 0.0) : TG_OK; // a sum over no rows
-    unsigned threads = row_threads(n), blocks = row_blocks(rows);
+    const tg_tensor *others[4] = {weight, dy, dsum, dx};
+    const bool fast = fast_rows(x, others, 4);
+    // One partial row of dw per block, so the blocks loop over many rows: as many blocks as
+    // fill the device. The count depends only on the row length and the device, so the
+    // order of the sums is the same from run to run.
+    unsigned threads = fast ? 32 * kFastWarps : row_threads(n), blocks;
+    if (fast) {
+        const int64_t wanted = (rows + kFastWarps - 1) / kFastWarps, cap = 4 * (int64_t)tg_cuda_multiprocessors();
+        blocks = (unsigned)(wanted < cap ? wanted : cap);
+    } else {
+        const int64_t cap = (int64_t)tg_cuda_multiprocessors() * (2048 / threads);
+        blocks = row_blocks(rows);
+        if (dw && blocks > cap) blocks = (unsigned)cap;
+    }
     double *partial = NULL;
     size_t partial_bytes = 0;
-    if (dw) {
-        // One partial row per block, so the blocks loop over many rows: as many as fill
-        // the device (2048 threads per multiprocessor), which keeps the partial matrix at
-        // about 2 MB for rows of up to 512. Its height depends only on the row length and
-        // the device, so the order of the sums is the same from run to run.
-        int64_t cap = (int64_t)tg_cuda_multiprocessors() * (2048 / threads), count, bytes;
-        if (blocks > cap) blocks = (unsigned)cap;
-        if (tg_mul_overflows((int64_t)blocks, n, &count) || tg_mul_overflows(count, (int64_t)sizeof(double), &bytes))
-            return tg_set_error(TG_ERR_OVERFLOW, "tg_rmsnorm backward: %u x %lld partial sums are too many", blocks,
-                                (long long)n);
-        partial_bytes = (size_t)bytes;
-        tg_status status = tg_device_alloc(TG_DEVICE_CUDA, partial_bytes, (void **)&partial);
-        if (status == TG_OK) status = tg_device_zero(TG_DEVICE_CUDA, partial, partial_bytes);
-        if (status != TG_OK) {
-            tg_device_free(TG_DEVICE_CUDA, partial, partial_bytes);
-            return status;
-        }
+    if (dw) { // the fast kernel writes every entry of its row; the other adds into zeros
+        tg_status status = alloc_partials(blocks, n, !fast, &partial, &partial_bytes);
+        if (status != TG_OK) return status;
     }
-    // Without dx its view is x's, never written (want_dx is false); without dsum, dy's, never read.
-    tg_cuda_view xv = tg_view_of(x), wv = tg_view_of(weight), gv = tg_view_of(dy), dxv = tg_view_of(dx ? dx : x);
-    tg_cuda_view dsv = tg_view_of(dsum ? dsum : dy);
-    if (x->dtype == TG_F64)
-        rmsnorm_bwd_kernel<double>
-            <<<blocks, threads>>>(xv, wv, gv, dsv, dsum != NULL, dxv, dx != NULL, partial, rows, eps);
-    else
-        rmsnorm_bwd_kernel<float>
-            <<<blocks, threads>>>(xv, wv, gv, dsv, dsum != NULL, dxv, dx != NULL, partial, rows, (float)eps);
+    if (fast && x->dtype == TG_F32) launch_bwd_rows_for<float>(x, weight, eps, dy, dsum, dx, partial, blocks, rows);
+    else if (fast && x->dtype == TG_BF16)
+        launch_bwd_rows_for<__nv_bfloat16>(x, weight, eps, dy, dsum, dx, partial, blocks, rows);
+    else if (fast) launch_bwd_rows_for<__half>(x, weight, eps, dy, dsum, dx, partial, blocks, rows);
+    else {
+        // Without dx its view is x's, never written (want_dx is false); without dsum, dy's, never read.
+        tg_cuda_view xv = tg_view_of(x), wv = tg_view_of(weight), gv = tg_view_of(dy), dxv = tg_view_of(dx ? dx : x);
+        tg_cuda_view dsv = tg_view_of(dsum ? dsum : dy);
+        if (x->dtype == TG_F64)
+            rmsnorm_bwd_kernel<double>
+                <<<blocks, threads>>>(xv, wv, gv, dsv, dsum != NULL, dxv, dx != NULL, partial, rows, eps);
+        else
+            rmsnorm_bwd_kernel<float>
+                <<<blocks, threads>>>(xv, wv, gv, dsv, dsum != NULL, dxv, dx != NULL, partial, rows, (float)eps);
+    }
     tg_status status = tg_cuda_check_launch("tg_rmsnorm backward");
     if (status == TG_OK && dw) {
         sum_partials_kernel<<<tg_blocks_for(32 * n), TG_THREADS>>>(partial, (int64_t)blocks, n, tg_view_of(dw));
