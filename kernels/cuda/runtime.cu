@@ -102,6 +102,14 @@ template <elementwise_kind Kind> __global__ void dense_f32_kernel(float *dst, co
         dst[i] = Kind == ADD_INTO ? dst[i] + src[i] : src[i];
 }
 
+// dst (+)= src over n dense bf16 or f16 values, the sum in float and rounded once (the
+// same bits as the strided kernel's double sum rounded through f32).
+template <elementwise_kind Kind, typename T> __global__ void dense_16_kernel(T *dst, const T *src, int64_t n)
+{
+    for (int64_t i = tg_global_index(); i < n; i += tg_global_stride())
+        dst[i] = Kind == ADD_INTO ? tg_from_float<T>(tg_to_float(dst[i]) + tg_to_float(src[i])) : src[i];
+}
+
 __global__ void fill_kernel(tg_strided<1> plan, double value, int64_t n)
 {
     for (int64_t i = tg_global_index(); i < n; i += tg_global_stride()) {
@@ -120,9 +128,15 @@ template <elementwise_kind Kind> static tg_status launch_elementwise(tg_tensor *
     tg_strided_bind(plan, 0, dst);
     tg_strided_bind(plan, 1, src);
     const bool aligned = (uintptr_t)plan.data[0] % 16 == 0 && (uintptr_t)plan.data[1] % 16 == 0;
-    if (tg_strided_is_dense(plan) && dst->dtype == TG_F32 && src->dtype == TG_F32 && aligned)
+    const bool dense_same = tg_strided_is_dense(plan) && dst->dtype == src->dtype;
+    if (dense_same && dst->dtype == TG_F32 && aligned)
         dense_f32_kernel<Kind><<<tg_blocks_for((n + 3) / 4), TG_THREADS>>>((float *)plan.data[0],
                                                                           (const float *)plan.data[1], n);
+    else if (dense_same && dst->dtype == TG_BF16)
+        dense_16_kernel<Kind><<<tg_blocks_for(n), TG_THREADS>>>((__nv_bfloat16 *)plan.data[0],
+                                                                (const __nv_bfloat16 *)plan.data[1], n);
+    else if (dense_same && dst->dtype == TG_F16)
+        dense_16_kernel<Kind><<<tg_blocks_for(n), TG_THREADS>>>((__half *)plan.data[0], (const __half *)plan.data[1], n);
     else
         strided_kernel<Kind><<<tg_blocks_for(n), TG_THREADS>>>(plan, n);
     return tg_cuda_check_launch(op);
