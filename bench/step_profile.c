@@ -51,10 +51,13 @@ static void short_name(const char *mangled, char *out, size_t size)
     char *demangled = mangled && mangled[0] == '_' ? __cxa_demangle(mangled, NULL, NULL, &status) : NULL;
     const char *name = status == 0 && demangled ? demangled : (mangled ? mangled : "?");
     const char *end = name + strlen(name);
-    /* cut the parameter list: the last '(' at template depth 0 */
+    /* cut the parameter list: the first '(' at template depth 0 that does not open
+     * "(anonymous namespace)" */
+    static const char anonymous[] = "(anonymous namespace)";
     int depth = 0;
     for (const char *p = name; *p; p++) {
-        if (*p == '<') depth++;
+        if (strncmp(p, anonymous, sizeof anonymous - 1) == 0) p += sizeof anonymous - 2;
+        else if (*p == '<') depth++;
         else if (*p == '>') depth--;
         else if (*p == '(' && depth == 0) {
             end = p;
