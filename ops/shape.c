@@ -378,7 +378,30 @@ static tg_status check_split_sizes(const char *op, const tg_tensor *x, int axis,
     return TG_OK;
 }
 
-/* Each piece is a slice of x, recorded as its own node: its backward is slice_backward. */
+typedef struct {
+    int axis;
+} split_ctx;
+
+/* The pieces tile x along axis, so x's gradient is their gradients side by side (zeros
+ * where a piece got none): each block of dx written once, with no full-size zero fill
+ * per piece and no sum of the pieces' full-size gradients. */
+static tg_status split_backward(tg_node *node, tg_tensor *const *dy, tg_tensor **dx)
+{
+    const split_ctx *ctx = node->ctx;
+    const tg_tensor *x = node->inputs[0];
+    if (!(dx[0] = tg_node_grad_buffer(node, 0))) return TG_ERR_NOMEM;
+    int64_t start = 0;
+    for (int i = 0; i < node->n_outputs; i++) {
+        const int64_t size = node->outputs[i]->shape[ctx->axis];
+        tg_tensor block = part_along(dx[0], ctx->axis, start, size, 1);
+        tg_status status = dy[i] ? TG_DISPATCH(node->op, slice_bwd_copy, x->device, &block, dy[i]) : tg_fill(&block, 0.0);
+        if (status != TG_OK) return status;
+        start += size;
+    }
+    return TG_OK;
+}
+
+/* The pieces are views of x, recorded as one node with n outputs. */
 tg_status tg_split(tg_tape *tape, tg_tensor *x, int axis, int n, const int64_t *sizes, tg_tensor **out)
 {
     const char *op = "tg_split";
@@ -388,19 +411,27 @@ tg_status tg_split(tg_tape *tape, tg_tensor *x, int axis, int n, const int64_t *
     tg_status status = check_split_sizes(op, x, axis, n, sizes, out);
     if (status != TG_OK) return status;
     /* The pieces go to out only once all exist, so a failure leaves out untouched. */
-    tg_tensor **pieces = malloc(sizeof *pieces * (size_t)n);
-    if (!pieces) return tg_set_error(TG_ERR_NOMEM, "%s: out of memory for %d pieces", op, n);
     tg_tape_mark mark = tg_tape_get_mark(tape);
+    tg_tensor **pieces = tg_tape_alloc(tape, sizeof *pieces * (size_t)n);
+    if (!pieces) {
+        tg_set_error(TG_ERR_NOMEM, "%s: out of memory for %d pieces", op, n);
+        return TG_ERR_NOMEM;
+    }
     int64_t start = 0;
-    for (int i = 0; i < n && status == TG_OK; i++) {
-        pieces[i] = slice_view(tape, op, x, axis, start, sizes[i], 1);
-        if (!pieces[i]) status = TG_ERR_NOMEM;
+    for (int i = 0; i < n; i++) {
+        tg_tensor part = part_along(x, axis, start, sizes[i], 1);
+        if (!(pieces[i] = view_of(tape, x, &part))) {
+            tg_op_fail(tape, mark);
+            return TG_ERR_NOMEM;
+        }
         start += sizes[i];
     }
-    if (status == TG_OK)
-        for (int i = 0; i < n; i++) out[i] = pieces[i];
-    else
-        tg_tape_rewind(tape, mark);
-    free(pieces);
-    return status;
+    split_ctx ctx = {axis};
+    tg_op_record record = {op, split_backward, &x, 1, pieces, n, &ctx, sizeof ctx};
+    if ((status = tg_record(tape, &record)) != TG_OK) {
+        tg_op_fail(tape, mark);
+        return status;
+    }
+    for (int i = 0; i < n; i++) out[i] = pieces[i];
+    return TG_OK;
 }
