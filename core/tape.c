@@ -341,6 +341,8 @@ tg_status tg_backward_with_grad(tg_tape *tape, tg_tensor *output, const tg_tenso
     if (!tg_check_tape(op, tape) || !tg_check_float(op, "output", output) ||
         !tg_check_float(op, "output_grad", output_grad))
         return TG_ERR_INVALID;
+    if (output->producer && output->tape != tape)
+        return tg_set_error(TG_ERR_INVALID, "%s: the output was recorded on another tape than the one given", op);
     if (!tg_same_shape(output, output_grad)) {
         const char *names[2] = {"output", "output_grad"};
         const tg_tensor *tensors[2] = {output, output_grad};

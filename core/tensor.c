@@ -343,11 +343,66 @@ static void store_element(tg_tensor *t, int64_t offset, double value)
     tg_device_memcpy(tg_bytes(t) + offset * (int64_t)size, bytes, size, TG_COPY_HOST_TO_DEVICE);
 }
 
-double tg_get(const tg_tensor *t, const int64_t *index) { return load_element(t, offset_of_index(t, index)); }
-void tg_set(tg_tensor *t, const int64_t *index, double value) { store_element(t, offset_of_index(t, index), value); }
-double tg_get_flat(const tg_tensor *t, int64_t flat_index) { return load_element(t, offset_of_flat(t, flat_index)); }
-void tg_set_flat(tg_tensor *t, int64_t flat_index, double value) { store_element(t, offset_of_flat(t, flat_index), value); }
-double tg_item(const tg_tensor *t) { return tg_get_flat(t, 0); }
+/* t is a tensor and flat indexes one of its elements; else the error names op. */
+static bool check_flat(const char *op, const tg_tensor *t, int64_t flat)
+{
+    if (!tg_check_tensor(op, "t", t)) return false;
+    if (flat >= 0 && flat < tg_numel(t)) return true;
+    const char *name = "t";
+    tg_error_tensors(TG_ERR_INVALID, 1, &name, &t, "%s: flat index %lld is outside [0, %lld)", op, (long long)flat,
+                     (long long)tg_numel(t));
+    return false;
+}
+
+/* t is a tensor and index (ndim entries) names one of its elements; else the error names op. */
+static bool check_index(const char *op, const tg_tensor *t, const int64_t *index)
+{
+    if (!tg_check_tensor(op, "t", t)) return false;
+    if (!index) {
+        tg_set_error(TG_ERR_INVALID, "%s: index is NULL", op);
+        return false;
+    }
+    for (int i = 0; i < t->ndim; i++) {
+        if (index[i] >= 0 && index[i] < t->shape[i]) continue;
+        const char *name = "t";
+        tg_error_tensors(TG_ERR_INVALID, 1, &name, &t, "%s: index[%d] = %lld is outside [0, %lld)", op, i,
+                         (long long)index[i], (long long)t->shape[i]);
+        return false;
+    }
+    return true;
+}
+
+double tg_get(const tg_tensor *t, const int64_t *index)
+{
+    return check_index("tg_get", t, index) ? load_element(t, offset_of_index(t, index)) : NAN;
+}
+
+void tg_set(tg_tensor *t, const int64_t *index, double value)
+{
+    if (check_index("tg_set", t, index)) store_element(t, offset_of_index(t, index), value);
+}
+
+double tg_get_flat(const tg_tensor *t, int64_t flat_index)
+{
+    return check_flat("tg_get_flat", t, flat_index) ? load_element(t, offset_of_flat(t, flat_index)) : NAN;
+}
+
+void tg_set_flat(tg_tensor *t, int64_t flat_index, double value)
+{
+    if (check_flat("tg_set_flat", t, flat_index)) store_element(t, offset_of_flat(t, flat_index), value);
+}
+
+double tg_item(const tg_tensor *t)
+{
+    if (!tg_check_tensor("tg_item", "t", t)) return NAN;
+    if (tg_numel(t) != 1) {
+        const char *name = "t";
+        tg_error_tensors(TG_ERR_INVALID, 1, &name, &t, "tg_item: t must have exactly one element, not %lld",
+                         (long long)tg_numel(t));
+        return NAN;
+    }
+    return load_element(t, offset_of_flat(t, 0));
+}
 
 /* ---- copies ---------------------------------------------------------------------------------- */
 

@@ -233,6 +233,13 @@ Test(tape, backward_rejects_bad_arguments)
     tg_tensor *not_scalar = tg_exp(tape, x);
     cr_assert_neq(tg_backward(tape, not_scalar), TG_OK);
     cr_assert(strstr(tg_last_error(), "one element"), "%s", tg_last_error());
+    /* a loss recorded on another tape: refused, and nothing reaches x */
+    tg_tape *other = tg_tape_create();
+    tg_tensor *x_other = tt_leaf(other, TG_F64, 1, (int64_t[]){2});
+    cr_assert_neq(tg_backward(tape, tg_sum_all(other, tg_exp(other, x_other))), TG_OK);
+    cr_assert(strstr(tg_last_error(), "another tape"), "%s", tg_last_error());
+    for (int64_t i = 0; i < 2; i++) cr_assert_eq(tg_get_flat(x_other->grad, i), 0.0);
+    tg_tape_free(other);
     tg_tape_free(tape);
 }
 

@@ -158,12 +158,14 @@ tg_status tg_zero_grad(tg_tensor *t);
 
 /* Raw pointer to element 0 of the view (storage + offset); NULL on error. */
 void *tg_data(const tg_tensor *t);
-/* Element at a multi-index (ndim entries) or at a flat row-major logical index. */
+/* Element at a multi-index (ndim entries) or at a flat row-major logical index. A NULL or
+ * invalid tensor, or an index outside the shape, sets the error: the getters then return
+ * NaN and the setters change nothing. */
 double tg_get(const tg_tensor *t, const int64_t *index);
 void tg_set(tg_tensor *t, const int64_t *index, double value);
 double tg_get_flat(const tg_tensor *t, int64_t flat_index);
 void tg_set_flat(tg_tensor *t, int64_t flat_index, double value);
-/* The single value of a one-element tensor. */
+/* The single value of a one-element tensor; NaN (error set) for any other. */
 double tg_item(const tg_tensor *t);
 /* Copies between host memory (contiguous, row-major, `host_dtype` values) and a tensor of
  * any layout, converting dtypes as needed. */
