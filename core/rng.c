@@ -17,6 +17,10 @@ static uint64_t splitmix64(uint64_t *state)
 
 void tg_rng_seed(tg_rng *rng, uint64_t seed)
 {
+    if (!rng) {
+        tg_set_error(TG_ERR_INVALID, "tg_rng_seed: rng is NULL");
+        return;
+    }
     for (int i = 0; i < 4; i++) rng->s[i] = splitmix64(&seed);
 }
 
@@ -24,6 +28,10 @@ static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
 uint64_t tg_rng_next(tg_rng *rng)
 {
+    if (!rng) {
+        tg_set_error(TG_ERR_INVALID, "tg_rng_next: rng is NULL");
+        return 0;
+    }
     uint64_t *s = rng->s;
     uint64_t result = rotl(s[1] * 5, 7) * 9;
     uint64_t t = s[1] << 17;
@@ -36,10 +44,21 @@ uint64_t tg_rng_next(tg_rng *rng)
     return result;
 }
 
-double tg_rng_uniform(tg_rng *rng) { return (double)(tg_rng_next(rng) >> 11) * 0x1.0p-53; }
+double tg_rng_uniform(tg_rng *rng)
+{
+    if (!rng) {
+        tg_set_error(TG_ERR_INVALID, "tg_rng_uniform: rng is NULL");
+        return NAN;
+    }
+    return (double)(tg_rng_next(rng) >> 11) * 0x1.0p-53;
+}
 
 double tg_rng_normal(tg_rng *rng)
 {
+    if (!rng) {
+        tg_set_error(TG_ERR_INVALID, "tg_rng_normal: rng is NULL");
+        return NAN;
+    }
     double u1 = 1.0 - tg_rng_uniform(rng); /* (0, 1]: log is finite */
     double u2 = tg_rng_uniform(rng);
     return sqrt(-2.0 * log(u1)) * cos(2.0 * 3.14159265358979323846 * u2);
@@ -47,7 +66,11 @@ double tg_rng_normal(tg_rng *rng)
 
 int64_t tg_rng_below(tg_rng *rng, int64_t bound)
 {
-    if (bound <= 0) return 0;
+    if (!rng || bound <= 0) {
+        if (!rng) tg_set_error(TG_ERR_INVALID, "tg_rng_below: rng is NULL");
+        else tg_set_error(TG_ERR_INVALID, "tg_rng_below: bound must be > 0, not %lld", (long long)bound);
+        return -1;
+    }
     /* Rejection keeps the result exactly uniform. */
     uint64_t limit = UINT64_MAX - UINT64_MAX % (uint64_t)bound;
     uint64_t x;
@@ -60,6 +83,10 @@ static tg_status fill_random(const char *op, tg_tensor *t, tg_rng *rng, double a
 {
     if (!tg_check_float(op, "t", t)) return TG_ERR_INVALID;
     if (!rng) return tg_set_error(TG_ERR_INVALID, "%s: rng is NULL", op);
+    if (normal && !(isfinite(a) && isfinite(b) && b >= 0))
+        return tg_set_error(TG_ERR_INVALID, "%s: mean (%g) must be finite and stddev (%g) finite and >= 0", op, a, b);
+    if (!normal && !(isfinite(a) && isfinite(b) && a <= b))
+        return tg_set_error(TG_ERR_INVALID, "%s: low (%g) and high (%g) must be finite with low <= high", op, a, b);
     if (t->device != TG_DEVICE_CPU) {
 #ifdef TG_HAVE_CUDA
         /* cuRAND, seeded from this generator: the same seed gives the same tensor. */

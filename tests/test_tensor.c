@@ -159,3 +159,54 @@ Test(tensor, f16_conversion_is_exact_where_representable_and_rounds_to_nearest)
         }
     }
 }
+
+/* The element accessors and the generator answer bad arguments with an error and their
+ * documented value (NaN, -1, nothing changed) instead of reading or writing out of bounds. */
+Test(tensor, element_access_and_the_generator_refuse_bad_arguments)
+{
+    tg_tape *tape = tg_tape_create();
+    int64_t shape[2] = {tt_randint(1, 4), tt_randint(1, 5)};
+    tg_tensor *t = tt_randn(tape, TG_F32, 2, shape);
+    const int64_t n = shape[0] * shape[1];
+    float *before = malloc(sizeof *before * (size_t)n), *after = malloc(sizeof *after * (size_t)n);
+    tg_copy_to_host(t, before, TG_F32);
+    const struct {
+        int64_t flat;
+        const char *word;
+    } flats[3] = {{-1, "outside"}, {n, "outside"}, {INT64_MAX, "outside"}};
+    for (int i = 0; i < 3; i++) {
+        cr_assert(isnan(tg_get_flat(t, flats[i].flat)), "flat index %lld", (long long)flats[i].flat);
+        cr_assert(strstr(tg_last_error(), "tg_get_flat") && strstr(tg_last_error(), flats[i].word), "%s",
+                  tg_last_error());
+        tg_set_flat(t, flats[i].flat, 7.0);
+        cr_assert(strstr(tg_last_error(), "tg_set_flat"), "%s", tg_last_error());
+    }
+    cr_assert(isnan(tg_get(t, (int64_t[]){0, shape[1]})));
+    cr_assert(strstr(tg_last_error(), "index[1]"), "%s", tg_last_error());
+    tg_set(t, (int64_t[]){shape[0], 0}, 7.0);
+    cr_assert(strstr(tg_last_error(), "index[0]"), "%s", tg_last_error());
+    tg_set(t, NULL, 7.0);
+    cr_assert(strstr(tg_last_error(), "index is NULL"), "%s", tg_last_error());
+    cr_assert(isnan(tg_get_flat(NULL, 0)) && strstr(tg_last_error(), "NULL"));
+    tg_copy_to_host(t, after, TG_F32);
+    cr_assert_eq(memcmp(before, after, sizeof *before * (size_t)n), 0, "a refused set changed the tensor");
+    if (n != 1) {
+        cr_assert(isnan(tg_item(t)));
+        cr_assert(strstr(tg_last_error(), "one element"), "%s", tg_last_error());
+    }
+    tg_rng rng;
+    tg_rng_seed(&rng, 5);
+    cr_assert_eq(tg_rng_below(&rng, 0), -1);
+    cr_assert(strstr(tg_last_error(), "bound"), "%s", tg_last_error());
+    cr_assert_eq(tg_rng_below(NULL, 3), -1);
+    cr_assert(isnan(tg_rng_uniform(NULL)) && isnan(tg_rng_normal(NULL)));
+    cr_assert_neq(tg_fill_normal(t, &rng, 0.0, -1.0), TG_OK);
+    cr_assert(strstr(tg_last_error(), "stddev"), "%s", tg_last_error());
+    cr_assert_neq(tg_fill_uniform(t, &rng, 1.0, -1.0), TG_OK);
+    cr_assert_neq(tg_fill_uniform(t, &rng, NAN, 1.0), TG_OK);
+    cr_assert_neq(tg_fill_normal(t, &rng, INFINITY, 1.0), TG_OK);
+    tg_copy_to_host(t, after, TG_F32);
+    cr_assert_eq(memcmp(before, after, sizeof *before * (size_t)n), 0, "a refused fill changed the tensor");
+    free(before), free(after);
+    tg_tape_free(tape);
+}
