@@ -582,10 +582,12 @@ tg_status tg_checkpoint_load_buffer(const void *bytes, size_t size, const char *
     return status;
 }
 
+/* Opened without blocking (a FIFO would otherwise wait for a writer before the check that
+ * refuses it), then checked to be a regular file, then back to blocking reads. */
 static tg_status open_regular(const char *op, const char *path, int *fd, uint64_t *size)
 {
     struct stat st;
-    if ((*fd = open(path, O_RDONLY)) < 0 || fstat(*fd, &st)) {
+    if ((*fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)) < 0 || fstat(*fd, &st)) {
         tg_status status = tg_set_error(TG_ERR_INVALID, "%s: %s: cannot open: %s", op, path, strerror(errno));
         if (*fd >= 0) close(*fd);
         return status;
@@ -593,6 +595,12 @@ static tg_status open_regular(const char *op, const char *path, int *fd, uint64_
     if (!S_ISREG(st.st_mode)) {
         close(*fd);
         return tg_set_error(TG_ERR_INVALID, "%s: %s: not a regular file", op, path);
+    }
+    int flags = fcntl(*fd, F_GETFL);
+    if (flags < 0 || fcntl(*fd, F_SETFL, flags & ~O_NONBLOCK) < 0) {
+        tg_status status = tg_set_error(TG_ERR_INVALID, "%s: %s: cannot read: %s", op, path, strerror(errno));
+        close(*fd);
+        return status;
     }
     *size = (uint64_t)st.st_size;
     return TG_OK;

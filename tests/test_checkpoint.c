@@ -13,6 +13,7 @@
 #include "optim/internal.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -533,7 +534,7 @@ Test(checkpoint, bad_files_are_refused_and_change_nothing)
     scratch_remove(&s);
 }
 
-Test(checkpoint, the_wrong_optimizer_or_model_is_refused)
+Test(checkpoint, the_wrong_optimizer_or_model_is_refused, .timeout = 60) /* a FIFO must not block it */
 {
     scratch s = scratch_new();
     model adamw = model_new(TG_F32, tg_adamw_config(0.01), 1), sgd = model_new(TG_F32, tg_sgd_config(0.1, 0.9), 1);
@@ -555,6 +556,12 @@ Test(checkpoint, the_wrong_optimizer_or_model_is_refused)
     cr_assert(strstr(tg_last_error(), missing) && strstr(tg_last_error(), "cannot open"), "%s", tg_last_error());
     cr_assert_eq(tg_checkpoint_load(s.dir, sgd.params, NULL, NULL), TG_ERR_INVALID);
     cr_assert(strstr(tg_last_error(), "not a regular file"), "%s", tg_last_error());
+    /* a FIFO with no writer: refused at once, not waited on */
+    const char *fifo = scratch_file(&s, "fifo");
+    cr_assert_eq(mkfifo(fifo, 0600), 0, "mkfifo: %s", strerror(errno));
+    cr_assert_eq(tg_checkpoint_load(fifo, sgd.params, NULL, NULL), TG_ERR_INVALID);
+    cr_assert(strstr(tg_last_error(), "not a regular file"), "%s", tg_last_error());
+    cr_assert_eq(tg_checkpoint_read_info(fifo, &(tg_checkpoint_info){0}), TG_ERR_INVALID);
     free(before.bytes), free(after.bytes);
     model_free(&adamw), model_free(&sgd), model_free(&f64);
     scratch_remove(&s);
