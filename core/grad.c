@@ -34,20 +34,32 @@ static void add_strided(char *out, tg_dtype out_dtype, const int64_t *out_stride
     } while (tg_iter_next_row(&it));
 }
 
-/* A new, unwritten gradient for the activation t, off the tape (the backward frees it as
- * soon as t's producer has used it). When t is dense in another order than the
+/* The strides of an activation's gradient. When t is dense in another order than the
  * contiguous one, its gradient is laid out like it, so that a producer whose kernels follow
  * its output's layout gets its gradient in that layout (a channel-last conv1d output: the
  * stream kernels, not the tile ones). Other views (slices, broadcasts) get contiguous
  * gradients. */
+static void activation_grad_strides(const tg_tensor *t, int64_t *strides)
+{
+    const size_t stride_bytes = sizeof strides[0] * (size_t)t->ndim;
+    tg_dense_strides_like(t, strides);
+    if (memcmp(strides, t->strides, stride_bytes) != 0) tg_contiguous_strides(t->ndim, t->shape, strides);
+}
+
+bool tg_activation_grad_is_contiguous(const tg_tensor *t)
+{
+    int64_t strides[TG_MAX_DIMS], contiguous[TG_MAX_DIMS];
+    activation_grad_strides(t, strides);
+    tg_contiguous_strides(t->ndim, t->shape, contiguous);
+    return memcmp(strides, contiguous, sizeof strides[0] * (size_t)t->ndim) == 0;
+}
+
+/* A new, unwritten gradient for the activation t, off the tape (the backward frees it as
+ * soon as t's producer has used it). */
 static tg_tensor *new_activation_grad(const tg_tensor *t)
 {
     tg_tensor *grad = tg_tensor_new_uninitialized(t->dtype, t->device, t->ndim, t->shape);
-    if (!grad) return NULL;
-    int64_t dense[TG_MAX_DIMS];
-    const size_t stride_bytes = sizeof dense[0] * (size_t)t->ndim;
-    tg_dense_strides_like(t, dense);
-    if (memcmp(dense, t->strides, stride_bytes) == 0) memcpy(grad->strides, dense, stride_bytes);
+    if (grad) activation_grad_strides(t, grad->strides);
     return grad;
 }
 
@@ -59,14 +71,15 @@ tg_tensor *tg_node_grad_buffer(tg_node *node, int input_index)
         return NULL;
     }
     tg_tensor *x = node->inputs[input_index];
-    if (x->producer && !x->grad && input_index < 64 && tg_node_needs_grad(node, input_index)) {
-        tg_tensor *grad = new_activation_grad(x);
-        if (grad && tg_is_contiguous(grad)) {
-            x->grad = grad;
-            node->grads_in_place |= (uint64_t)1 << input_index;
-            return grad;
+    if (x->producer && !x->grad && input_index < 64 && tg_node_needs_grad(node, input_index) &&
+        tg_activation_grad_is_contiguous(x)) {
+        if (!(x->grad = new_activation_grad(x))) {
+            tg_set_error(TG_ERR_NOMEM, "tg_node_grad_buffer: out of memory for the gradient of %s's input %d",
+                         node->op, input_index);
+            return NULL;
         }
-        tg_tensor_free(grad);
+        node->grads_in_place |= (uint64_t)1 << input_index;
+        return x->grad;
     }
     return tg_empty_like(node->tape, x);
 }

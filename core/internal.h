@@ -115,6 +115,9 @@ tg_tensor *tg_empty_as(tg_tape *tape, const tg_tensor *x, tg_dtype dtype);
 tg_tensor *tg_empty_same_layout(tg_tape *tape, const tg_tensor *x);
 /* The strides of a dense tensor of x's shape whose dimensions are in x's stride order. */
 void tg_dense_strides_like(const tg_tensor *x, int64_t *strides);
+/* Whether the gradient an activation t gets (laid out like t when t is dense, else
+ * contiguous: core/grad.c) is contiguous. */
+bool tg_activation_grad_is_contiguous(const tg_tensor *t);
 
 /* Element pointer helpers for CPU kernels: base address of element 0 of the view. */
 static inline char *tg_bytes(const tg_tensor *t)

@@ -11,8 +11,6 @@
  * docs/causal_conv1d.md derives these. */
 #include "kernels/conv1d.h"
 
-#include <string.h>
-
 static const tg_conv1d_fwd_kernel conv1d_fwd[TG_DEVICE_COUNT] =
     TG_KERNELS(tg_cpu_causal_conv1d_fwd, TG_CUDA_KERNEL(tg_cuda_causal_conv1d_fwd));
 static const tg_conv1d_bwd_kernel conv1d_bwd[TG_DEVICE_COUNT] =
@@ -33,21 +31,12 @@ static tg_conv1d_args args_of(const tg_node *node)
                             node->inputs[IN_INITIAL], ctx->activation};
 }
 
-/* Whether x's dense layout (the one its gradient gets) is the contiguous one. */
-static bool dense_layout_is_contiguous(const tg_tensor *x)
-{
-    int64_t dense[TG_MAX_DIMS], contiguous[TG_MAX_DIMS];
-    tg_dense_strides_like(x, dense);
-    tg_contiguous_strides(x->ndim, x->shape, contiguous);
-    return memcmp(dense, contiguous, sizeof(int64_t) * (size_t)x->ndim) == 0;
-}
-
 /* A gradient buffer for input i, or NULL when input i needs none; laid out like the input
  * when same_layout (the kernels then take the layout they ran in). */
 static tg_tensor *grad_for(tg_node *node, int i, bool same_layout, bool *failed)
 {
     if (!tg_node_needs_grad(node, i)) return NULL;
-    tg_tensor *t = same_layout && !dense_layout_is_contiguous(node->inputs[i])
+    tg_tensor *t = same_layout && !tg_activation_grad_is_contiguous(node->inputs[i])
                        ? tg_empty_same_layout(node->tape, node->inputs[i])
                        : tg_node_grad_buffer(node, i);
     if (!t) *failed = true;
