@@ -19,6 +19,11 @@
 //   Forward. Per step one ex2 per state. The state at the start of every chunk is
 //   written to chunk_states (f32).
 //
+//   Full tiles. A tile whose kTile steps all lie in the sequence (and its chunk) runs a copy
+//   of the step loop with no per-step test, so the compiler can overlap the steps' loads and
+//   exponentials; the last tile of a sequence or chunk runs the tested loop. Both kernels
+//   are compiled per dtype, so each load and store is one access with no dtype branch.
+//
 //   Backward. Chunks are walked from the last to the first. Inside a chunk, a checkpoint
 //   pass reruns the forward from the chunk's saved state and keeps the state at the start
 //   of each tile but the last (in a small per-block workspace); then the tiles are walked
@@ -33,6 +38,8 @@
 //   float atomics: two runs give the same bits.
 #include "kernels/scan.h"
 #include "kernels/cuda/common.cuh"
+
+#include <type_traits>
 
 namespace {
 
@@ -279,12 +286,12 @@ __device__ inline place place_of(const scan_params &P)
 __device__ inline int state_n(const place &w, int j) { return w.lane_n * kStates + j; }
 
 // A[d, n] for the lane's states (0 past N: those states stay 0).
-__device__ inline void load_A(const scan_params &P, const place &w, float (&A)[kStates])
+__device__ inline void load_A(const scan_params &P, int dtype, const place &w, float (&A)[kStates])
 {
 #pragma unroll
     for (int j = 0; j < kStates; j++) {
         int n = state_n(w, j);
-        A[j] = n < P.N ? ld(P.A.p, P.dtype, w.dr * P.A.s0 + n * P.A.s1) : 0.0f;
+        A[j] = n < P.N ? ld(P.A.p, dtype, w.dr * P.A.s0 + n * P.A.s1) : 0.0f;
     }
 }
 
@@ -315,11 +322,11 @@ __device__ inline float load_channel(const small &t, int dtype, int64_t d)
 }
 
 // The Bm (mat 0) or Cm (mat 1) run this thread stages: 0 past N.
-__device__ inline void load_mat_run(const scan_params &P, const place &w, int64_t t0, int64_t t_end,
+__device__ inline void load_mat_run(const scan_params &P, int dtype, const place &w, int64_t t0, int64_t t_end,
                                     float (&x)[kOwn])
 {
     if (w.mat_n < P.N) {
-        load_run(w.mat == 0 ? P.Bm : P.Cm, P.dtype, w.b, w.mat_n, t0 + w.mat_q * kOwn, t_end, x);
+        load_run(w.mat == 0 ? P.Bm : P.Cm, dtype, w.b, w.mat_n, t0 + w.mat_q * kOwn, t_end, x);
     } else {
 #pragma unroll
         for (int k = 0; k < kOwn; k++) x[k] = 0.0f;
@@ -348,6 +355,39 @@ __device__ inline float silu_slope(float z)
 
 // ---- forward ---------------------------------------------------------------------------------
 
+// The state at the start of chunk `index`, kept for the backward.
+__device__ inline void save_chunk_state(const scan_params &P, const place &w, int64_t index, const float (&h)[kStates])
+{
+    if (!w.row_ok) return;
+#pragma unroll
+    for (int j = 0; j < kStates; j++) {
+        int n = state_n(w, j);
+        if (n < P.N)
+            ((float *)P.states.p)[w.b * P.states.s0 + w.d * P.states.s1 + n * P.states.s2 + index * P.states.s3] = h[j];
+    }
+}
+
+// One step of the recurrence from the staged tile; returns this lane's share of Cm·h.
+// exp(dt·A) = 2^((dt·log2 e)·A), formed exactly so in the backward's recomputation.
+__device__ inline float fwd_step(const float (*s_dt)[kPitch], const float (*s_u)[kPitch],
+                                 const float (*s_B)[kNPitch], const float (*s_C)[kNPitch], const place &w, int i,
+                                 const float (&A)[kStates], float (&h)[kStates])
+{
+    const float dt = s_dt[w.r][i], dtu = dt * s_u[w.r][i], dt2 = dt * kLog2e;
+    float Bv[kStates], Cv[kStates], y = 0.0f;
+    read4(s_B, i, w.lane_n, Bv);
+    read4(s_C, i, w.lane_n, Cv);
+#pragma unroll
+    for (int j = 0; j < kStates; j++) {
+        h[j] = fmaf(exp2_fast(dt2 * A[j]), h[j], dtu * Bv[j]);
+        y = fmaf(Cv[j], h[j], y);
+    }
+    return y;
+}
+
+// kDtype: the dtype of every tensor but the chunk states (a template argument, so that each
+// load and store compiles to one access).
+template <int kDtype>
 __global__ void __launch_bounds__(kThreads) scan_fwd_kernel(scan_params P)
 {
     __shared__ __align__(16) float s_dt[kRows][kPitch];
@@ -357,19 +397,21 @@ __global__ void __launch_bounds__(kThreads) scan_fwd_kernel(scan_params P)
 
     const place w = place_of(P);
     float A[kStates], h[kStates];
-    load_A(P, w, A);
-    load_bdn(P.init, P.dtype, P, w, h);
-    const float bias = load_channel(P.bias, P.dtype, w.dr), skip = load_channel(P.Dv, P.dtype, w.dr);
+    load_A(P, kDtype, w, A);
+    load_bdn(P.init, kDtype, P, w, h);
+    const float bias = load_channel(P.bias, kDtype, w.dr), skip = load_channel(P.Dv, kDtype, w.dr);
     const int own = w.lane_n * kOwn; // this lane's first step within a tile
+    // Chunks that start on tile starts leave a full tile's steps without a branch.
+    const bool tile_chunks = P.chunk % kTile == 0;
 
     // The next tile's inputs, loaded one tile ahead.
     float pu[kOwn], pd[kOwn], pz[kOwn], pm[kOwn];
     auto fetch = [&](int64_t t0) {
         const int64_t t_end = min(t0 + kTile, P.L);
-        load_run(P.u, P.dtype, w.b, w.dr, t0 + own, t_end, pu);
-        load_run(P.delta, P.dtype, w.b, w.dr, t0 + own, t_end, pd);
-        load_run(P.z, P.dtype, w.b, w.dr, t0 + own, t_end, pz);
-        load_mat_run(P, w, t0, t_end, pm);
+        load_run(P.u, kDtype, w.b, w.dr, t0 + own, t_end, pu);
+        load_run(P.delta, kDtype, w.b, w.dr, t0 + own, t_end, pd);
+        load_run(P.z, kDtype, w.b, w.dr, t0 + own, t_end, pz);
+        load_mat_run(P, kDtype, w, t0, t_end, pm);
     };
     fetch(0);
     int64_t next_save = P.states.p ? 0 : INT64_MAX, save_index = 0;
@@ -391,31 +433,23 @@ __global__ void __launch_bounds__(kThreads) scan_fwd_kernel(scan_params P)
         if (t0 + kTile < P.L) fetch(t0 + kTile);
 
         float yp[kTile]; // this lane's share of Cm·h per step
+        if (len == kTile && tile_chunks) { // no step needs a test: the compiler can interleave them
+            if (t0 == next_save) {
+                save_chunk_state(P, w, save_index++, h);
+                next_save += P.chunk;
+            }
 #pragma unroll
-        for (int i = 0; i < kTile; i++) {
-            yp[i] = 0.0f;
-            if (i < len) { // the same for the whole block
-                if (t0 + i == next_save) { // the state at the start of a chunk
-                    if (w.row_ok)
+            for (int i = 0; i < kTile; i++) yp[i] = fwd_step(s_dt, s_u, s_B, s_C, w, i, A, h);
+        } else {
 #pragma unroll
-                        for (int j = 0; j < kStates; j++) {
-                            int n = state_n(w, j);
-                            if (n < P.N)
-                                ((float *)P.states.p)[w.b * P.states.s0 + w.d * P.states.s1 + n * P.states.s2 +
-                                                      save_index * P.states.s3] = h[j];
-                        }
-                    next_save += P.chunk;
-                    save_index++;
-                }
-                // exp(dt·A) = 2^((dt·log2 e)·A), formed exactly so in the backward's recomputation
-                const float dt = s_dt[w.r][i], dtu = dt * s_u[w.r][i], dt2 = dt * kLog2e;
-                float Bv[kStates], Cv[kStates];
-                read4(s_B, i, w.lane_n, Bv);
-                read4(s_C, i, w.lane_n, Cv);
-#pragma unroll
-                for (int j = 0; j < kStates; j++) {
-                    h[j] = fmaf(exp2_fast(dt2 * A[j]), h[j], dtu * Bv[j]);
-                    yp[i] = fmaf(Cv[j], h[j], yp[i]);
+            for (int i = 0; i < kTile; i++) {
+                yp[i] = 0.0f;
+                if (i < len) { // the same for the whole block
+                    if (t0 + i == next_save) {
+                        save_chunk_state(P, w, save_index++, h);
+                        next_save += P.chunk;
+                    }
+                    yp[i] = fwd_step(s_dt, s_u, s_B, s_C, w, i, A, h);
                 }
             }
         }
@@ -423,9 +457,9 @@ __global__ void __launch_bounds__(kThreads) scan_fwd_kernel(scan_params P)
         row_sum_transposed<kTile>(yp, y, w.lane_n);
 #pragma unroll
         for (int k = 0; k < kOwn; k++) out[k] = fmaf(skip, own_u[k], y[k]) * own_gate[k];
-        if (w.row_ok) store_run(P.out, P.dtype, w.b, w.d, t0 + own, t0 + len, out);
+        if (w.row_ok) store_run(P.out, kDtype, w.b, w.d, t0 + own, t0 + len, out);
     }
-    if (w.row_ok && P.final_state.p) store_bdn(P.final_state, P.dtype, P, w, h);
+    if (w.row_ok && P.final_state.p) store_bdn(P.final_state, kDtype, P, w, h);
 }
 
 // ---- backward --------------------------------------------------------------------------------
@@ -492,6 +526,7 @@ __device__ inline float *ckpt_slot(const scan_params &P, const place &w, int64_t
     return P.ckpt + ((blockIdx.x * P.slots + slot) * kThreads + w.tid) * kStates;
 }
 
+template <int kDtype>
 __global__ void __launch_bounds__(kThreads, 3) scan_bwd_kernel(scan_params P)
 {
     __shared__ __align__(16) float s_dt[kRows][kPitch];
@@ -505,17 +540,17 @@ __global__ void __launch_bounds__(kThreads, 3) scan_bwd_kernel(scan_params P)
 
     const place w = place_of(P);
     float A[kStates], h[kStates], carry[kStates], dA_sum[kStates];
-    load_A(P, w, A);
+    load_A(P, kDtype, w, A);
 #pragma unroll
     for (int j = 0; j < kStates; j++) {
         dA_sum[j] = 0.0f;
         h[j] = 0.0f;
     }
-    load_bdn(P.dfinal, P.dtype, P, w, carry); // δh flowing into the last step
+    load_bdn(P.dfinal, kDtype, P, w, carry); // δh flowing into the last step
     if (!w.row_ok)
 #pragma unroll
         for (int j = 0; j < kStates; j++) carry[j] = 0.0f; // padding rows add nothing to the d-sums
-    const float bias = load_channel(P.bias, P.dtype, w.dr), skip = load_channel(P.Dv, P.dtype, w.dr);
+    const float bias = load_channel(P.bias, kDtype, w.dr), skip = load_channel(P.Dv, kDtype, w.dr);
     const int own = w.lane_n * kOwn;
     const bool want_bc = P.ws_bc != NULL;
     float dv_sum = 0.0f, db_sum = 0.0f;
@@ -524,13 +559,13 @@ __global__ void __launch_bounds__(kThreads, 3) scan_bwd_kernel(scan_params P)
     float pu[kOwn], pd[kOwn], pz[kOwn], po[kOwn], pm[kOwn], ph[kStates];
     auto fetch = [&](const tile_item &it) {
         const int64_t t0 = item_t0(P, it), t_end = item_end(P, it);
-        load_run(P.u, P.dtype, w.b, w.dr, t0 + own, t_end, pu);
-        load_run(P.delta, P.dtype, w.b, w.dr, t0 + own, t_end, pd);
+        load_run(P.u, kDtype, w.b, w.dr, t0 + own, t_end, pu);
+        load_run(P.delta, kDtype, w.b, w.dr, t0 + own, t_end, pd);
         if (it.rev) {
-            load_run(P.z, P.dtype, w.b, w.dr, t0 + own, t_end, pz);
-            load_run(P.dout, P.dtype, w.b, w.dr, t0 + own, t_end, po);
+            load_run(P.z, kDtype, w.b, w.dr, t0 + own, t_end, pz);
+            load_run(P.dout, kDtype, w.b, w.dr, t0 + own, t_end, po);
         }
-        if (it.rev || w.mat == 0) load_mat_run(P, w, t0, t_end, pm);
+        if (it.rev || w.mat == 0) load_mat_run(P, kDtype, w, t0, t_end, pm);
         if (item_loads_state(it)) {
             if (it.k == 0) {
 #pragma unroll
@@ -575,84 +610,100 @@ __global__ void __launch_bounds__(kThreads, 3) scan_bwd_kernel(scan_params P)
         __syncthreads();
         const tile_item next = next_item(P, it);
 
-        if (!it.rev) { // checkpoint tile: advance the state, keep it for reverse tile k + 1
-            if (next.c >= 0) fetch(next);
+        // A reverse tile: first the states after each step, hs[i], and the readout; then the
+        // reverse scan over the tile, with δh = Cm·dy + carry at each step:
+        //   carry ← Ā·δh,  Σ_n δh·Bm (p1: for du, ddt),  Σ_n δh·A·Ā·h_prev (p2: for ddt),
+        //   dA += δh·dt·Ā·h_prev,  dBm += δh·dt·u,  dCm += dy·h (the last two summed over d).
+        // kFull: all kTile steps are in the tile, so no step needs a test.
+        auto reverse_tile = [&](auto full_tile, float (&p1)[kTile], float (&p2)[kTile], float (&dA_tile)[kStates]) {
+            constexpr bool kFull = decltype(full_tile)::value;
+            float h0[kStates], hs[kTile][kStates], yp[kTile];
+#pragma unroll
+            for (int j = 0; j < kStates; j++) h0[j] = h[j];
 #pragma unroll
             for (int i = 0; i < kTile; i++) {
-                if (i < len) {
+                yp[i] = 0.0f;
+                if (kFull || i < len) {
                     const float dt = s_dt[w.r][i], dtu = dt * s_u[w.r][i], dt2 = dt * kLog2e;
-                    float Bv[kStates];
+                    float Bv[kStates], Cv[kStates];
                     read4(s_B, i, w.lane_n, Bv);
+                    read4(s_C, i, w.lane_n, Cv);
 #pragma unroll
-                    for (int j = 0; j < kStates; j++) h[j] = fmaf(exp2_fast(dt2 * A[j]), h[j], dtu * Bv[j]);
+                    for (int j = 0; j < kStates; j++) {
+                        h[j] = fmaf(exp2_fast(dt2 * A[j]), h[j], dtu * Bv[j]);
+                        yp[i] = fmaf(Cv[j], h[j], yp[i]);
+                    }
+                }
+#pragma unroll
+                for (int j = 0; j < kStates; j++) hs[i][j] = h[j];
+            }
+            { // dz = dout·y·silu'(z) with y = Cm·h + Dv·u: done here, so y need not wait for the walk
+                float y_own[kOwn], dz[kOwn];
+                row_sum_transposed<kTile>(yp, y_own, w.lane_n);
+#pragma unroll
+                for (int k = 0; k < kOwn; k++) dz[k] = s_gz[w.r][own + k] * fmaf(skip, s_u[w.r][own + k], y_own[k]);
+                if (w.row_ok && P.dz.p) store_run(P.dz, kDtype, w.b, w.d, t0 + own, t_end, dz);
+            }
+#pragma unroll
+            for (int j = 0; j < kStates; j++) dA_tile[j] = 0.0f;
+#pragma unroll
+            for (int i = kTile - 1; i >= 0; i--) {
+                // The next tile's loads go out halfway, once half of hs is spent (fewer live registers).
+                if (i == kTile / 2 - 1 && next.c >= 0) fetch(next);
+                p1[i] = p2[i] = 0.0f;
+                if (kFull || i < len) {
+                    const float dt = s_dt[w.r][i], dtu = dt * s_u[w.r][i], dt2 = dt * kLog2e, dy = s_dy[w.r][i];
+                    float Bv[kStates], Cv[kStates], terms[2 * kStates];
+                    read4(s_B, i, w.lane_n, Bv);
+                    read4(s_C, i, w.lane_n, Cv);
+#pragma unroll
+                    for (int j = 0; j < kStates; j++) {
+                        const float decay = exp2_fast(dt2 * A[j]);
+                        const float h_prev = i > 0 ? hs[i - 1][j] : h0[j];
+                        const float dh = fmaf(Cv[j], dy, carry[j]);
+                        const float q = dh * (decay * h_prev);
+                        p1[i] = fmaf(dh, Bv[j], p1[i]);
+                        p2[i] = fmaf(q, A[j], p2[i]);
+                        dA_tile[j] = fmaf(q, dt, dA_tile[j]);
+                        terms[j] = dh * dtu;
+                        terms[kStates + j] = dy * hs[i][j];
+                        carry[j] = decay * dh;
+                    }
+                    if (want_bc) s_red[w.warp][i][w.lane] = warp_channel_sum(terms, w.lane);
                 }
             }
+        };
+
+        if (!it.rev) { // checkpoint tile: advance the state, keep it for reverse tile k + 1
+            if (next.c >= 0) fetch(next);
+            auto advance = [&](auto full_tile) {
+                constexpr bool kFull = decltype(full_tile)::value; // no step needs a test
+#pragma unroll
+                for (int i = 0; i < kTile; i++) {
+                    if (kFull || i < len) {
+                        const float dt = s_dt[w.r][i], dtu = dt * s_u[w.r][i], dt2 = dt * kLog2e;
+                        float Bv[kStates];
+                        read4(s_B, i, w.lane_n, Bv);
+#pragma unroll
+                        for (int j = 0; j < kStates; j++) h[j] = fmaf(exp2_fast(dt2 * A[j]), h[j], dtu * Bv[j]);
+                    }
+                }
+            };
+            if (len == kTile)
+                advance(std::true_type{});
+            else
+                advance(std::false_type{});
             *(float4 *)ckpt_slot(P, w, it.k) = make_float4(h[0], h[1], h[2], h[3]);
             it = next;
             continue;
         }
 
-        // Reverse tile. First the states after each step, hs[i], and the readout.
-        float h0[kStates], hs[kTile][kStates], yp[kTile];
-#pragma unroll
-        for (int j = 0; j < kStates; j++) h0[j] = h[j];
-#pragma unroll
-        for (int i = 0; i < kTile; i++) {
-            yp[i] = 0.0f;
-            if (i < len) {
-                const float dt = s_dt[w.r][i], dtu = dt * s_u[w.r][i], dt2 = dt * kLog2e;
-                float Bv[kStates], Cv[kStates];
-                read4(s_B, i, w.lane_n, Bv);
-                read4(s_C, i, w.lane_n, Cv);
-#pragma unroll
-                for (int j = 0; j < kStates; j++) {
-                    h[j] = fmaf(exp2_fast(dt2 * A[j]), h[j], dtu * Bv[j]);
-                    yp[i] = fmaf(Cv[j], h[j], yp[i]);
-                }
-            }
-#pragma unroll
-            for (int j = 0; j < kStates; j++) hs[i][j] = h[j];
-        }
-        { // dz = dout·y·silu'(z) with y = Cm·h + Dv·u: done here, so y need not wait for the walk
-            float y_own[kOwn], dz[kOwn];
-            row_sum_transposed<kTile>(yp, y_own, w.lane_n);
-#pragma unroll
-            for (int k = 0; k < kOwn; k++) dz[k] = s_gz[w.r][own + k] * fmaf(skip, s_u[w.r][own + k], y_own[k]);
-            if (w.row_ok && P.dz.p) store_run(P.dz, P.dtype, w.b, w.d, t0 + own, t_end, dz);
-        }
-
-        // Then the reverse scan over the tile, with δh = Cm·dy + carry at each step:
-        //   carry ← Ā·δh,  Σ_n δh·Bm (for du, ddt),  Σ_n δh·A·Ā·h_prev (for ddt),
-        //   dA += δh·dt·Ā·h_prev,  dBm += δh·dt·u,  dCm += dy·h (the last two summed over d).
+        // Reverse tile: the gradients of its steps, and δh carried to the tile before.
         float p1[kTile], p2[kTile], dA_tile[kStates];
-#pragma unroll
-        for (int j = 0; j < kStates; j++) dA_tile[j] = 0.0f;
-#pragma unroll
-        for (int i = kTile - 1; i >= 0; i--) {
-            // The next tile's loads go out halfway, once half of hs is spent (fewer live registers).
-            if (i == kTile / 2 - 1 && next.c >= 0) fetch(next);
-            p1[i] = p2[i] = 0.0f;
-            if (i < len) {
-                const float dt = s_dt[w.r][i], dtu = dt * s_u[w.r][i], dt2 = dt * kLog2e, dy = s_dy[w.r][i];
-                float Bv[kStates], Cv[kStates], terms[2 * kStates];
-                read4(s_B, i, w.lane_n, Bv);
-                read4(s_C, i, w.lane_n, Cv);
-#pragma unroll
-                for (int j = 0; j < kStates; j++) {
-                    const float decay = exp2_fast(dt2 * A[j]);
-                    const float h_prev = i > 0 ? hs[i - 1][j] : h0[j];
-                    const float dh = fmaf(Cv[j], dy, carry[j]);
-                    const float q = dh * (decay * h_prev);
-                    p1[i] = fmaf(dh, Bv[j], p1[i]);
-                    p2[i] = fmaf(q, A[j], p2[i]);
-                    dA_tile[j] = fmaf(q, dt, dA_tile[j]);
-                    terms[j] = dh * dtu;
-                    terms[kStates + j] = dy * hs[i][j];
-                    carry[j] = decay * dh;
-                }
-                if (want_bc) s_red[w.warp][i][w.lane] = warp_channel_sum(terms, w.lane);
-            }
-        }
+        if (len == kTile)
+            reverse_tile(std::true_type{}, p1, p2, dA_tile);
+        else
+            reverse_tile(std::false_type{}, p1, p2, dA_tile);
 #pragma unroll
         for (int j = 0; j < kStates; j++) dA_sum[j] += dA_tile[j];
 
@@ -674,8 +725,8 @@ __global__ void __launch_bounds__(kThreads, 3) scan_bwd_kernel(scan_params P)
         dv_sum += dv_tile;
         db_sum += db_tile;
         if (w.row_ok) {
-            if (P.du.p) store_run(P.du, P.dtype, w.b, w.d, t0 + own, t_end, du);
-            if (P.ddelta.p) store_run(P.ddelta, P.dtype, w.b, w.d, t0 + own, t_end, ddelta);
+            if (P.du.p) store_run(P.du, kDtype, w.b, w.d, t0 + own, t_end, du);
+            if (P.ddelta.p) store_run(P.ddelta, kDtype, w.b, w.d, t0 + own, t_end, ddelta);
         }
 
         // The block's Σ_d of the dBm and dCm terms: the warps' sums added in order.
@@ -708,7 +759,7 @@ __global__ void __launch_bounds__(kThreads, 3) scan_bwd_kernel(scan_params P)
         int n = state_n(w, j);
         if (P.ws_a && n < P.N) P.ws_a[(w.b * P.D + w.d) * P.N + n] = dA_sum[j];
     }
-    if (P.dinit.p) store_bdn(P.dinit, P.dtype, P, w, carry); // what reaches h_{−1} through Ā_0
+    if (P.dinit.p) store_bdn(P.dinit, kDtype, P, w, carry); // what reaches h_{−1} through Ā_0
 }
 
 // dBm[b, n, t], dCm[b, n, t]: the blocks' sums added over the blocks in order.
@@ -878,7 +929,11 @@ extern "C" tg_status tg_cuda_selective_scan_fwd(const tg_scan_args *args, tg_ten
     P.out = seq_of(out);
     P.final_state = small_of(final_state);
     P.states = small_of(chunk_states);
-    scan_fwd_kernel<<<blocks, kThreads>>>(P);
+    switch (P.dtype) {
+    case TG_F32: scan_fwd_kernel<TG_F32><<<blocks, kThreads>>>(P); break;
+    case TG_BF16: scan_fwd_kernel<TG_BF16><<<blocks, kThreads>>>(P); break;
+    default: scan_fwd_kernel<TG_F16><<<blocks, kThreads>>>(P); break; // check_supported left no other
+    }
     return tg_cuda_check_launch(OP);
 }
 
@@ -925,7 +980,11 @@ extern "C" tg_status tg_cuda_selective_scan_bwd(const tg_scan_args *args, const 
     next += ws.db;
     P.ckpt = next;
 
-    scan_bwd_kernel<<<blocks, kThreads>>>(P);
+    switch (P.dtype) {
+    case TG_F32: scan_bwd_kernel<TG_F32><<<blocks, kThreads>>>(P); break;
+    case TG_BF16: scan_bwd_kernel<TG_BF16><<<blocks, kThreads>>>(P); break;
+    default: scan_bwd_kernel<TG_F16><<<blocks, kThreads>>>(P); break; // check_supported left no other
+    }
     status = tg_cuda_check_launch("tg_selective_scan backward");
     if (status == TG_OK && P.ws_bc) {
         const int64_t per_group = P.B * 2 * P.N * P.L;
