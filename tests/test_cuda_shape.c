@@ -102,6 +102,38 @@ Test(cuda_shape, split_then_concat_match_cpu)
     }
 }
 
+/* Split along the channels of a (B, C, L) tensor and concat the pieces in reverse order,
+ * with rows of L elements that are whole 16-byte vectors (the row-block copies) or not:
+ * forward and gradient equal the CPU's in every dtype. */
+Test(cuda_shape, split_and_concat_of_row_blocks_match_cpu)
+{
+    tt_require_cuda();
+    const tg_dtype dtypes[4] = {TG_F32, TG_BF16, TG_F16, TG_F64};
+    for (int round = 0; round < 16; round++) {
+        tg_tape *cpu = tg_tape_create(), *gpu = tg_tape_create();
+        const tg_dtype dtype = dtypes[round % 4];
+        const int64_t vector = 16 / (int64_t)tg_dtype_size(dtype); /* elements per 16 bytes */
+        const int64_t L = round < 12 ? vector * tt_randint(1, 40) : vector * tt_randint(1, 9) + 1;
+        int64_t sizes[3] = {tt_randint(1, 9), tt_randint(0, 9), tt_randint(1, 9)};
+        int64_t shape[3] = {tt_randint(1, 5), sizes[0] + sizes[1] + sizes[2], L};
+        tg_tensor *x = random_leaf(cpu, dtype, 3, shape, false), *xc = tt_cuda_twin(gpu, x, false);
+        tg_tensor *pieces[3], *pieces_c[3];
+        cr_assert_eq(tg_split(cpu, x, 1, 3, sizes, pieces), TG_OK, "%s", tg_last_error());
+        cr_assert_eq(tg_split(gpu, xc, 1, 3, sizes, pieces_c), TG_OK, "%s", tg_last_error());
+        tg_tensor *reversed[3] = {pieces[2], pieces[1], pieces[0]};
+        tg_tensor *reversed_c[3] = {pieces_c[2], pieces_c[1], pieces_c[0]};
+        tg_tensor *y = tg_concat(cpu, reversed, 3, 1), *yc = tg_concat(gpu, reversed_c, 3, 1);
+        char what[96];
+        snprintf(what, sizeof what, "split, concat of (%lld, %lld, %lld) %s", (long long)shape[0],
+                 (long long)shape[1], (long long)L, tg_dtype_name(dtype));
+        cu_assert_equal(gpu, what, yc, y);
+        backward_both(cpu, y, gpu, yc, what);
+        cu_assert_equal(gpu, what, xc->grad, x->grad);
+        tg_tape_free(gpu);
+        tg_tape_free(cpu);
+    }
+}
+
 Test(cuda_shape, i32_tensors_move_on_the_device)
 {
     tt_require_cuda();

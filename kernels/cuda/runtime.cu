@@ -69,7 +69,8 @@ extern "C" tg_status tg_cuda_synchronize(void)
 // as it can), with the values in double and rounded once on store. The gradient sums of a
 // training step are mostly dense f32 pairs, which get 16-byte accesses and float maths:
 // a float sum of two floats equals their double sum rounded to float, so the bits are
-// the same either way.
+// the same either way. Same-dtype copies between row blocks (a split's gradient pieces
+// written into the whole's) move 16-byte vectors row by row.
 
 enum elementwise_kind { COPY, ADD_INTO };
 
@@ -110,6 +111,31 @@ template <elementwise_kind Kind, typename T> __global__ void dense_16_kernel(T *
         dst[i] = Kind == ADD_INTO ? tg_from_float<T>(tg_to_float(dst[i]) + tg_to_float(src[i])) : src[i];
 }
 
+// A copy of `rows` rows of vecs_per_row 16-byte vectors each, the rows dst_pitch and
+// src_pitch bytes apart in the two operands: the blocks of a split or a concat, in any dtype.
+__global__ void copy_rows_kernel(char *dst, int64_t dst_pitch, const char *src, int64_t src_pitch, int64_t rows,
+                                 int64_t vecs_per_row)
+{
+    const int64_t n = rows * vecs_per_row;
+    for (int64_t i = tg_global_index(); i < n; i += tg_global_stride()) {
+        const int64_t r = i / vecs_per_row, v = i - r * vecs_per_row;
+        ((uint4 *)(dst + r * dst_pitch))[v] = ((const uint4 *)(src + r * src_pitch))[v];
+    }
+}
+
+// Whether a same-dtype copy's plan is rows that copy_rows_kernel takes: two dimensions, the
+// inner one contiguous in both operands, every row a whole number of 16-byte vectors that
+// start 16-byte aligned.
+static bool copies_as_rows(const tg_strided<2> &plan, int64_t elem_bytes)
+{
+    if (plan.ndim != 2 || plan.strides[0][1] != 1 || plan.strides[1][1] != 1 || plan.shape[1] * elem_bytes % 16)
+        return false;
+    for (int op = 0; op < 2; op++)
+        if ((uintptr_t)plan.data[op] % 16 || plan.strides[op][0] <= 0 || plan.strides[op][0] * elem_bytes % 16)
+            return false;
+    return true;
+}
+
 __global__ void fill_kernel(tg_strided<1> plan, double value, int64_t n)
 {
     for (int64_t i = tg_global_index(); i < n; i += tg_global_stride()) {
@@ -137,7 +163,12 @@ template <elementwise_kind Kind> static tg_status launch_elementwise(tg_tensor *
                                                                 (const __nv_bfloat16 *)plan.data[1], n);
     else if (dense_same && dst->dtype == TG_F16)
         dense_16_kernel<Kind><<<tg_blocks_for(n), TG_THREADS>>>((__half *)plan.data[0], (const __half *)plan.data[1], n);
-    else
+    else if (Kind == COPY && dst->dtype == src->dtype && copies_as_rows(plan, (int64_t)tg_dtype_size(dst->dtype))) {
+        const int64_t elem = (int64_t)tg_dtype_size(dst->dtype), vecs_per_row = plan.shape[1] * elem / 16;
+        copy_rows_kernel<<<tg_blocks_for(plan.shape[0] * vecs_per_row), TG_THREADS>>>(
+            plan.data[0], plan.strides[0][0] * elem, plan.data[1], plan.strides[1][0] * elem, plan.shape[0],
+            vecs_per_row);
+    } else
         strided_kernel<Kind><<<tg_blocks_for(n), TG_THREADS>>>(plan, n);
     return tg_cuda_check_launch(op);
 }
