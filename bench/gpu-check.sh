@@ -217,6 +217,7 @@ reserve=$((BENCH_RESERVE + PEERS_RESERVE))
 # took two minutes). sanitize starts one in the background; the steps are recorded, in the
 # order they were started, once all have ended (sanitizers_done).
 sanitizer_steps=()
+sanitizer_pids=()
 sanitize() { # sanitize TOOL BINARY LIMIT: one compute-sanitizer step, started in the background
     local tool=$1 binary=$2 limit=$3 filter=() pattern=${SANITIZE_FILTER:-}
     local name
@@ -227,10 +228,11 @@ sanitize() { # sanitize TOOL BINARY LIMIT: one compute-sanitizer step, started i
     sanitizer_steps+=("$name")
     run_limited "$name" "$limit" "$SANITIZER" --tool "$tool" --target-processes all --error-exitcode 1 \
         --print-limit 20 "$binary" --jobs 1 "${filter[@]}" >"$LOGS/$name.outcome" &
+    sanitizer_pids+=($!)
 }
 sanitizers_done() {
     local name outcome timed_out=0
-    wait
+    wait "${sanitizer_pids[@]}" # only these: the peers' build may still run, and is waited for later
     for name in "${sanitizer_steps[@]}"; do
         outcome=$(cat "$LOGS/$name.outcome")
         rm -f "$LOGS/$name.outcome"
