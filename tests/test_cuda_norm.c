@@ -3,7 +3,8 @@
  * f64; one gradient at a time; large rows and many short rows; reproducible weight
  * gradients; zero rows; and the mixed-device error. tg_add_rmsnorm the same way, in the
  * warp and block kernels, with either output's gradient alone; f16 at the warp-per-row
- * kernels' row limit. Skipped without a GPU. */
+ * kernels' row limit; rows of whole 16-byte groups in f32, bf16 and f16. Skipped without
+ * a GPU. */
 #include "cuda_util.h"
 
 #include <stdio.h>
@@ -229,4 +230,20 @@ Test(cuda_add_rmsnorm, f16_and_the_fast_kernels_row_limit)
         compare_add_case(TG_F16, 2, shape, false, true, true);
         compare_case(TG_F16, 2, shape, false, true, true);
     }
+}
+
+Test(cuda_add_rmsnorm, rows_of_16_byte_groups_match_cpu)
+{
+    tt_require_cuda();
+    /* Row lengths that are whole 16-byte groups (8 values of bf16 or f16, 4 of f32), so the
+     * warp-per-row kernels go a vector per access, and two that are not for the 16-bit
+     * dtypes (772) or for any (770). */
+    const int64_t lengths[8] = {8, 16, 64, 200, 768, 772, 1016, 770};
+    const tg_dtype dtypes[3] = {TG_F32, TG_BF16, TG_F16};
+    for (int i = 0; i < 8; i++)
+        for (int k = 0; k < 3; k++) {
+            int64_t shape[3] = {tt_randint(1, 3), tt_randint(1, 40), lengths[i]};
+            compare_case(dtypes[k], 3, shape, false, true, true);
+            compare_add_case(dtypes[k], 3, shape, false, true, true);
+        }
 }

@@ -154,69 +154,133 @@ __global__ void sum_partials_kernel(const double *partial, int64_t n_parts, int6
 }
 
 // ---- contiguous rows of f32, bf16 or f16: the training step's case ------------------------------
-// One warp per row, typed loads and stores (no per-element dtype switch), float math. The
-// backward keeps a row's x and dy in registers (kCols per lane: rows of up to 32·kCols), and
-// each warp sums its rows' dw terms in registers; a block adds its warps' sums in a fixed
-// order into its own row of the partial-sum matrix, which sum_partials_kernel reduces.
+// One warp per row, typed loads and stores (no per-element dtype switch), float math. Lane l
+// takes the row's groups of W values l, l + 32, l + 64, ...: W values of 16 bytes (one
+// vector access) when the row length is a multiple of them and the tensors start 16-byte
+// aligned, else W = 1. The backward keeps a row's x and dy in registers (kGroups groups per
+// lane: rows of up to 32·kGroups·W), and each warp sums its rows' dw terms in registers; a
+// block adds its warps' sums in a fixed order into its own row of the partial-sum matrix,
+// which sum_partials_kernel reduces.
 constexpr int64_t kFastRowMax = 1024;
 constexpr int kFastWarps = 8; // warps per block
 
-template <typename T>
+// The W values at p as floats (p 16-byte aligned when W > 1), and back.
+template <typename T, int W> __device__ inline void load_group(const T *p, float (&v)[W])
+{
+    if constexpr (W == 1) {
+        v[0] = tg_to_float(*p);
+    } else {
+        static_assert(W * sizeof(T) == 16, "a group of W > 1 values is one 16-byte vector");
+        const uint4 q = *(const uint4 *)p;
+        const T *e = reinterpret_cast<const T *>(&q);
+#pragma unroll
+        for (int k = 0; k < W; k++) v[k] = tg_to_float(e[k]);
+    }
+}
+
+template <typename T, int W> __device__ inline void store_group(T *p, const float (&v)[W])
+{
+    if constexpr (W == 1) {
+        *p = tg_from_float<T>(v[0]);
+    } else {
+        uint4 q;
+        T *e = reinterpret_cast<T *>(&q);
+#pragma unroll
+        for (int k = 0; k < W; k++) e[k] = tg_from_float<T>(v[k]);
+        *(uint4 *)p = q;
+    }
+}
+
+template <typename T, int W>
 __global__ void rmsnorm_fwd_rows_kernel(const T *x, const T *residual, T *sum, const T *w, T *y, int64_t rows,
                                         int64_t n, float eps)
 {
     const int lane = threadIdx.x & 31;
+    const int64_t groups = n / W;
     for (int64_t row = tg_global_index() >> 5; row < rows; row += tg_global_stride() >> 5) {
         const T *s = x + row * n;
         if (residual) { // sum = x + residual, rounded, then normalised as stored
             T *out = sum + row * n;
-            for (int64_t j = lane; j < n; j += 32)
-                out[j] = tg_from_float<T>(tg_to_float(s[j]) + tg_to_float(residual[row * n + j]));
+            for (int64_t g = lane; g < groups; g += 32) {
+                float a[W], b[W];
+                load_group<T, W>(s + g * W, a);
+                load_group<T, W>(residual + row * n + g * W, b);
+#pragma unroll
+                for (int k = 0; k < W; k++) a[k] += b[k];
+                store_group<T, W>(out + g * W, a);
+            }
             s = out;
         }
         float sum_sq = 0;
-        for (int64_t j = lane; j < n; j += 32) {
-            const float v = tg_to_float(s[j]);
-            sum_sq += v * v;
+        for (int64_t g = lane; g < groups; g += 32) {
+            float v[W];
+            load_group<T, W>(s + g * W, v);
+#pragma unroll
+            for (int k = 0; k < W; k++) sum_sq += v[k] * v[k];
         }
         const float r = 1.0f / sqrtf(warp_reduce<sum_op>(sum_sq) / (float)n + eps);
-        for (int64_t j = lane; j < n; j += 32) y[row * n + j] = tg_from_float<T>(tg_to_float(s[j]) * r * tg_to_float(w[j]));
+        for (int64_t g = lane; g < groups; g += 32) {
+            float v[W], wv[W];
+            load_group<T, W>(s + g * W, v);
+            load_group<T, W>(w + g * W, wv);
+#pragma unroll
+            for (int k = 0; k < W; k++) v[k] = v[k] * r * wv[k];
+            store_group<T, W>(y + row * n + g * W, v);
+        }
     }
 }
 
-template <typename T, int kCols>
+template <typename T, int W, int kGroups>
 __global__ void rmsnorm_bwd_rows_kernel(const T *x, const T *w, const T *dy, const T *dsum, T *dx, double *dw_partial,
                                         int64_t rows, int64_t n, float eps)
 {
-    __shared__ float warp_dw[kFastWarps][32 * kCols];
+    __shared__ float warp_dw[kFastWarps][32 * kGroups * W];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    float dw[kCols] = {}, xv[kCols], gv[kCols];
+    const int64_t groups = n / W;
+    float dw[kGroups][W] = {}, xv[kGroups][W], gv[kGroups][W];
     for (int64_t row = tg_global_index() >> 5; row < rows; row += tg_global_stride() >> 5) {
         float sum_sq = 0, sum_gx = 0;
 #pragma unroll
-        for (int k = 0; k < kCols; k++) {
-            const int64_t j = lane + 32 * k;
-            xv[k] = j < n ? tg_to_float(x[row * n + j]) : 0.0f;
-            gv[k] = j < n ? tg_to_float(dy[row * n + j]) : 0.0f;
-            sum_sq += xv[k] * xv[k];
-            sum_gx += gv[k] * (j < n ? tg_to_float(w[j]) : 0.0f) * xv[k];
+        for (int k = 0; k < kGroups; k++) {
+            const int64_t g = lane + 32 * k;
+            if (g >= groups) break;
+            float wv[W]; // w is read per row (from cache): kept, it would cost registers
+            load_group<T, W>(x + row * n + g * W, xv[k]);
+            load_group<T, W>(dy + row * n + g * W, gv[k]);
+            load_group<T, W>(w + g * W, wv);
+#pragma unroll
+            for (int e = 0; e < W; e++) {
+                sum_sq += xv[k][e] * xv[k][e];
+                sum_gx += gv[k][e] * wv[e] * xv[k][e];
+            }
         }
         const float r = 1.0f / sqrtf(warp_reduce<sum_op>(sum_sq) / (float)n + eps);
         const float c = r * r * warp_reduce<sum_op>(sum_gx) / (float)n;
 #pragma unroll
-        for (int k = 0; k < kCols; k++) {
-            const int64_t j = lane + 32 * k;
-            if (j >= n) break;
-            dw[k] += gv[k] * xv[k] * r;
+        for (int k = 0; k < kGroups; k++) {
+            const int64_t g = lane + 32 * k;
+            if (g >= groups) break;
+            float v[W], ds[W], wv[W];
+            load_group<T, W>(w + g * W, wv);
+#pragma unroll
+            for (int e = 0; e < W; e++) {
+                dw[k][e] += gv[k][e] * xv[k][e] * r;
+                v[e] = r * (gv[k][e] * wv[e] - xv[k][e] * c);
+            }
             if (!dx) continue;
-            float v = r * (gv[k] * tg_to_float(w[j]) - xv[k] * c);
-            if (dsum) v += tg_to_float(dsum[row * n + j]);
-            dx[row * n + j] = tg_from_float<T>(v);
+            if (dsum) {
+                load_group<T, W>(dsum + row * n + g * W, ds);
+#pragma unroll
+                for (int e = 0; e < W; e++) v[e] += ds[e];
+            }
+            store_group<T, W>(dx + row * n + g * W, v);
         }
     }
     if (!dw_partial) return;
 #pragma unroll
-    for (int k = 0; k < kCols; k++) warp_dw[warp][lane + 32 * k] = dw[k];
+    for (int k = 0; k < kGroups; k++)
+#pragma unroll
+        for (int e = 0; e < W; e++) warp_dw[warp][(lane + 32 * k) * W + e] = dw[k][e];
     __syncthreads();
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
         double total = 0;
@@ -235,38 +299,80 @@ static bool fast_rows(const tg_tensor *x, const tg_tensor *const *others, int co
     return true;
 }
 
+// Whether the fast kernels may go in 16-byte groups: the row length a multiple of a group
+// and every tensor 16-byte aligned (then so is every row).
+static bool rows_in_vectors(const tg_tensor *x, const tg_tensor *const *others, int count)
+{
+    const int64_t n = x->shape[x->ndim - 1], per_vector = 16 / (int64_t)tg_dtype_size(x->dtype);
+    if (n % per_vector || (uintptr_t)tg_view_of(x).data % 16) return false;
+    for (int i = 0; i < count; i++)
+        if (others[i] && (uintptr_t)tg_view_of(others[i]).data % 16) return false;
+    return true;
+}
+
 template <typename T> static T *typed(const tg_tensor *t) { return t ? (T *)tg_view_of(t).data : nullptr; }
 
 template <typename T>
 static void launch_fwd_rows(const tg_tensor *x, const tg_tensor *residual, const tg_tensor *weight, double eps,
-                            tg_tensor *y, tg_tensor *sum, int64_t rows)
+                            tg_tensor *y, tg_tensor *sum, int64_t rows, bool vectors)
 {
     const int64_t n = x->shape[x->ndim - 1];
-    rmsnorm_fwd_rows_kernel<T><<<tg_blocks_for(rows * 32), TG_THREADS>>>(
-        typed<T>(x), typed<T>(residual), typed<T>(sum), typed<T>(weight), typed<T>(y), rows, n, (float)eps);
+    const unsigned blocks = tg_blocks_for(rows * 32);
+    if (vectors)
+        rmsnorm_fwd_rows_kernel<T, 16 / sizeof(T)><<<blocks, TG_THREADS>>>(
+            typed<T>(x), typed<T>(residual), typed<T>(sum), typed<T>(weight), typed<T>(y), rows, n, (float)eps);
+    else
+        rmsnorm_fwd_rows_kernel<T, 1><<<blocks, TG_THREADS>>>(typed<T>(x), typed<T>(residual), typed<T>(sum),
+                                                              typed<T>(weight), typed<T>(y), rows, n, (float)eps);
 }
 
-template <typename T, int kCols>
+template <typename T, int W, int kGroups>
 static void launch_bwd_rows(const tg_tensor *x, const tg_tensor *weight, double eps, const tg_tensor *dy,
                             const tg_tensor *dsum, tg_tensor *dx, double *partial, unsigned blocks, int64_t rows)
 {
-    rmsnorm_bwd_rows_kernel<T, kCols><<<blocks, 32 * kFastWarps>>>(typed<T>(x), typed<T>(weight), typed<T>(dy),
-                                                                   typed<T>(dsum), typed<T>(dx), partial, rows,
-                                                                   x->shape[x->ndim - 1], (float)eps);
+    static_assert(32 * kGroups * W <= kFastRowMax, "more groups than the longest fast row needs");
+    rmsnorm_bwd_rows_kernel<T, W, kGroups><<<blocks, 32 * kFastWarps>>>(
+        typed<T>(x), typed<T>(weight), typed<T>(dy), typed<T>(dsum), typed<T>(dx), partial, rows,
+        x->shape[x->ndim - 1], (float)eps);
 }
 
-// The backward's kCols: the fewest that hold a row of n.
-template <typename T>
+// The backward with groups of W values and the fewest groups per lane that hold a row
+// (among a few counts; 3, 6 and 24 fit d_model 768 in bf16, f32 and single values).
+template <typename T, int W>
 static void launch_bwd_rows_for(const tg_tensor *x, const tg_tensor *weight, double eps, const tg_tensor *dy,
                                 const tg_tensor *dsum, tg_tensor *dx, double *partial, unsigned blocks, int64_t rows)
 {
-    const int64_t n = x->shape[x->ndim - 1];
-    if (n <= 64) launch_bwd_rows<T, 2>(x, weight, eps, dy, dsum, dx, partial, blocks, rows);
-    else if (n <= 128) launch_bwd_rows<T, 4>(x, weight, eps, dy, dsum, dx, partial, blocks, rows);
-    else if (n <= 256) launch_bwd_rows<T, 8>(x, weight, eps, dy, dsum, dx, partial, blocks, rows);
-    else if (n <= 512) launch_bwd_rows<T, 16>(x, weight, eps, dy, dsum, dx, partial, blocks, rows);
-    else if (n <= 768) launch_bwd_rows<T, 24>(x, weight, eps, dy, dsum, dx, partial, blocks, rows);
-    else launch_bwd_rows<T, 32>(x, weight, eps, dy, dsum, dx, partial, blocks, rows);
+    const int64_t per_lane = (x->shape[x->ndim - 1] / W + 31) / 32;
+#define TG_BWD_ROWS(K) return launch_bwd_rows<T, W, K>(x, weight, eps, dy, dsum, dx, partial, blocks, rows)
+    if constexpr (W == 1) {
+        if (per_lane <= 2) TG_BWD_ROWS(2);
+        if (per_lane <= 4) TG_BWD_ROWS(4);
+        if (per_lane <= 8) TG_BWD_ROWS(8);
+        if (per_lane <= 16) TG_BWD_ROWS(16);
+        if (per_lane <= 24) TG_BWD_ROWS(24);
+        TG_BWD_ROWS(32);
+    } else if constexpr (W == 4) {
+        if (per_lane <= 1) TG_BWD_ROWS(1);
+        if (per_lane <= 2) TG_BWD_ROWS(2);
+        if (per_lane <= 4) TG_BWD_ROWS(4);
+        if (per_lane <= 6) TG_BWD_ROWS(6);
+        TG_BWD_ROWS(8);
+    } else {
+        if (per_lane <= 1) TG_BWD_ROWS(1);
+        if (per_lane <= 2) TG_BWD_ROWS(2);
+        if (per_lane <= 3) TG_BWD_ROWS(3);
+        TG_BWD_ROWS(4);
+    }
+#undef TG_BWD_ROWS
+}
+
+template <typename T>
+static void launch_bwd_rows_any(const tg_tensor *x, const tg_tensor *weight, double eps, const tg_tensor *dy,
+                                const tg_tensor *dsum, tg_tensor *dx, double *partial, unsigned blocks, int64_t rows,
+                                bool vectors)
+{
+    if (vectors) launch_bwd_rows_for<T, 16 / sizeof(T)>(x, weight, eps, dy, dsum, dx, partial, blocks, rows);
+    else launch_bwd_rows_for<T, 1>(x, weight, eps, dy, dsum, dx, partial, blocks, rows);
 }
 
 static int64_t row_count(const tg_tensor *x)
@@ -284,9 +390,10 @@ extern "C" tg_status tg_cuda_rmsnorm_fwd(const tg_tensor *x, const tg_tensor *re
     const char *op = residual ? "tg_add_rmsnorm" : "tg_rmsnorm";
     const tg_tensor *others[4] = {residual, weight, y, sum};
     if (fast_rows(x, others, 4)) {
-        if (x->dtype == TG_F32) launch_fwd_rows<float>(x, residual, weight, eps, y, sum, rows);
-        else if (x->dtype == TG_BF16) launch_fwd_rows<__nv_bfloat16>(x, residual, weight, eps, y, sum, rows);
-        else launch_fwd_rows<__half>(x, residual, weight, eps, y, sum, rows);
+        const bool vectors = rows_in_vectors(x, others, 4);
+        if (x->dtype == TG_F32) launch_fwd_rows<float>(x, residual, weight, eps, y, sum, rows, vectors);
+        else if (x->dtype == TG_BF16) launch_fwd_rows<__nv_bfloat16>(x, residual, weight, eps, y, sum, rows, vectors);
+        else launch_fwd_rows<__half>(x, residual, weight, eps, y, sum, rows, vectors);
         return tg_cuda_check_launch(op);
     }
     tg_cuda_view xv = tg_view_of(x), wv = tg_view_of(weight), yv = tg_view_of(y);
@@ -343,10 +450,12 @@ extern "C" tg_status tg_cuda_rmsnorm_bwd(const tg_tensor *x, const tg_tensor *we
         tg_status status = alloc_partials(blocks, n, !fast, &partial, &partial_bytes);
         if (status != TG_OK) return status;
     }
-    if (fast && x->dtype == TG_F32) launch_bwd_rows_for<float>(x, weight, eps, dy, dsum, dx, partial, blocks, rows);
+    const bool vectors = fast && rows_in_vectors(x, others, 4);
+    if (fast && x->dtype == TG_F32)
+        launch_bwd_rows_any<float>(x, weight, eps, dy, dsum, dx, partial, blocks, rows, vectors);
     else if (fast && x->dtype == TG_BF16)
-        launch_bwd_rows_for<__nv_bfloat16>(x, weight, eps, dy, dsum, dx, partial, blocks, rows);
-    else if (fast) launch_bwd_rows_for<__half>(x, weight, eps, dy, dsum, dx, partial, blocks, rows);
+        launch_bwd_rows_any<__nv_bfloat16>(x, weight, eps, dy, dsum, dx, partial, blocks, rows, vectors);
+    else if (fast) launch_bwd_rows_any<__half>(x, weight, eps, dy, dsum, dx, partial, blocks, rows, vectors);
     else {
         // Without dx its view is x's, never written (want_dx is false); without dsum, dy's, never read.
         tg_cuda_view xv = tg_view_of(x), wv = tg_view_of(weight), gv = tg_view_of(dy), dxv = tg_view_of(dx ? dx : x);
