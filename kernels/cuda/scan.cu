@@ -622,18 +622,7 @@ __global__ void __launch_bounds__(kThreads, 3) scan_bwd_kernel(scan_params P)
             for (int j = 0; j < kStates; j++) h0[j] = h[j];
 #pragma unroll
             for (int i = 0; i < kTile; i++) {
-                yp[i] = 0.0f;
-                if (kFull || i < len) {
-                    const float dt = s_dt[w.r][i], dtu = dt * s_u[w.r][i], dt2 = dt * kLog2e;
-                    float Bv[kStates], Cv[kStates];
-                    read4(s_B, i, w.lane_n, Bv);
-                    read4(s_C, i, w.lane_n, Cv);
-#pragma unroll
-                    for (int j = 0; j < kStates; j++) {
-                        h[j] = fmaf(exp2_fast(dt2 * A[j]), h[j], dtu * Bv[j]);
-                        yp[i] = fmaf(Cv[j], h[j], yp[i]);
-                    }
-                }
+                yp[i] = kFull || i < len ? fwd_step(s_dt, s_u, s_B, s_C, w, i, A, h) : 0.0f;
 #pragma unroll
                 for (int j = 0; j < kStates; j++) hs[i][j] = h[j];
             }
