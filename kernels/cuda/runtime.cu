@@ -159,6 +159,13 @@ __global__ void fill_kernel(tg_strided<1> plan, double value, int64_t n)
     }
 }
 
+template <elementwise_kind Kind, typename T>
+static void launch_dense_16(const tg_strided<2> &plan, int64_t n, bool aligned)
+{
+    dense_16_kernel<Kind><<<tg_blocks_for(aligned ? (n + 7) / 8 : n), TG_THREADS>>>((T *)plan.data[0],
+                                                                                   (const T *)plan.data[1], n, aligned);
+}
+
 template <elementwise_kind Kind> static tg_status launch_elementwise(tg_tensor *dst, const tg_tensor *src, const char *op)
 {
     const int64_t n = tg_numel(dst);
@@ -169,17 +176,16 @@ template <elementwise_kind Kind> static tg_status launch_elementwise(tg_tensor *
     tg_strided_bind(plan, 1, src);
     const bool aligned = (uintptr_t)plan.data[0] % 16 == 0 && (uintptr_t)plan.data[1] % 16 == 0;
     const bool dense_same = tg_strided_is_dense(plan) && dst->dtype == src->dtype;
+    const int64_t elem = (int64_t)tg_dtype_size(dst->dtype);
     if (dense_same && dst->dtype == TG_F32 && aligned)
         dense_f32_kernel<Kind><<<tg_blocks_for((n + 3) / 4), TG_THREADS>>>((float *)plan.data[0],
                                                                           (const float *)plan.data[1], n);
     else if (dense_same && dst->dtype == TG_BF16)
-        dense_16_kernel<Kind><<<tg_blocks_for(aligned ? (n + 7) / 8 : n), TG_THREADS>>>(
-            (__nv_bfloat16 *)plan.data[0], (const __nv_bfloat16 *)plan.data[1], n, aligned);
+        launch_dense_16<Kind, __nv_bfloat16>(plan, n, aligned);
     else if (dense_same && dst->dtype == TG_F16)
-        dense_16_kernel<Kind><<<tg_blocks_for(aligned ? (n + 7) / 8 : n), TG_THREADS>>>(
-            (__half *)plan.data[0], (const __half *)plan.data[1], n, aligned);
-    else if (Kind == COPY && dst->dtype == src->dtype && copies_as_rows(plan, (int64_t)tg_dtype_size(dst->dtype))) {
-        const int64_t elem = (int64_t)tg_dtype_size(dst->dtype), vecs_per_row = plan.shape[1] * elem / 16;
+        launch_dense_16<Kind, __half>(plan, n, aligned);
+    else if (Kind == COPY && dst->dtype == src->dtype && copies_as_rows(plan, elem)) {
+        const int64_t vecs_per_row = plan.shape[1] * elem / 16;
         copy_rows_kernel<<<tg_blocks_for(plan.shape[0] * vecs_per_row), TG_THREADS>>>(
             plan.data[0], plan.strides[0][0] * elem, plan.data[1], plan.strides[1][0] * elem, plan.shape[0],
             vecs_per_row);
