@@ -159,4 +159,16 @@ static inline int tg_cuda_multiprocessors(void)
     return count;
 }
 
+// Blocks of `kernel` the whole GPU holds at once (0 when the runtime cannot say: callers then
+// fall back to fixed sizes).
+template <typename Kernel> int64_t tg_cuda_resident_blocks(Kernel kernel, int threads, size_t shared)
+{
+    int per_multiprocessor = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, threads, shared) != cudaSuccess) {
+        (void)cudaGetLastError(); // clear it: the next launch check must not report it
+        return 0;
+    }
+    return (int64_t)per_multiprocessor * tg_cuda_multiprocessors();
+}
+
 #endif

@@ -4090,18 +4090,6 @@ template <typename T, int KB> int rows_side_by_side(const conv_args &a, const tg
     return rows;
 }
 
-// Blocks of `kernel` the whole GPU holds at once (0 when the runtime cannot say: the plans
-// then fall back to their fixed sizes).
-template <typename Kernel> int64_t resident_blocks(Kernel kernel, int threads, size_t shared)
-{
-    int per_multiprocessor = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, threads, shared) != cudaSuccess) {
-        (void)cudaGetLastError(); // clear it: the next launch check must not report it
-        return 0;
-    }
-    return (int64_t)per_multiprocessor * tg_cuda_multiprocessors();
-}
-
 // Whether each float-backward block takes its channel's whole list of spans (whole rows, one
 // to a span), and so writes dw and dbias itself: no workspace and no second kernel. Up to 32
 // spans, when the grid of one block per channel is resident at once and still gives every
@@ -4121,7 +4109,7 @@ bool backward_takes_whole_lists(const conv_args &a, const row_plan &plan, Kernel
     constexpr int64_t kMaxSpans = 32, kMinWarpsPerMultiprocessor = 8;
     if (!plan.whole_rows || plan.chunks == 1 || plan.items > kMaxSpans) return false;
     if (a.C * (threads / 32) < kMinWarpsPerMultiprocessor * tg_cuda_multiprocessors()) return false;
-    return a.C <= resident_blocks(kernel, threads, shared);
+    return a.C <= tg_cuda_resident_blocks(kernel, threads, shared);
 }
 
 template <typename T, int KB>
@@ -4170,7 +4158,7 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
         // 2288–2304 → 2141–2212 µs, 8×1536×2048 163.0–163.3 → 159.6 (bench/NOTES.md, v40).
         const bool long_blocks = tensor_cores || row_shape<T, KB>::shares_slopes(a.silu);
         int64_t resident = 0;
-        if (long_blocks) resident = resident_blocks(row_kernel, threads, row_shared);
+        if (long_blocks) resident = tg_cuda_resident_blocks(row_kernel, threads, row_shared);
         auto plan_rows = [&](bool whole_lists) {
             return make_row_plan<T>(a, in->x, dout, dx, threads, steps_per_thread, row_shape<T, KB>::H,
                                     row_shape<T, KB>::H, resident, span_rows, whole_lists);
