@@ -65,6 +65,13 @@ tg_status tg_cuda_selective_scan_fwd(const tg_scan_args *args, tg_tensor *out, t
                                      tg_tensor *chunk_states);
 tg_status tg_cuda_selective_scan_bwd(const tg_scan_args *args, const tg_tensor *chunk_states, const tg_tensor *dout,
                                      const tg_tensor *dfinal, const tg_scan_grads *grads);
+/* The CUDA kernels cut a sequence into spans of whole chunks (each walked by its own blocks
+ * after a summary pass) when B·⌈D/32⌉ blocks would leave SMs idle; this forces that number of
+ * spans (at most 8, and at most one per chunk) for tests and benchmarks, 0 restores the
+ * automatic choice. Returns the previous setting. Not thread-safe. */
+int tg_cuda_scan_force_spans(int spans);
+/* The spans the last CUDA forward and backward were cut into (0 before the first; NULL skips). */
+void tg_cuda_scan_last_spans(int *fwd, int *bwd);
 
 #ifdef __cplusplus
 }

@@ -28,6 +28,22 @@ enum { IN_U, IN_DELTA, IN_A, IN_BM, IN_CM, IN_DV, IN_Z, IN_DELTA_BIAS, IN_INITIA
 
 enum { DEFAULT_CHUNK = 64 };
 
+#ifndef TG_HAVE_CUDA
+/* A build without CUDA cuts no sequence into spans (kernels/scan.h): nothing to force or
+ * report, so that tests and tools calling these still link. */
+int tg_cuda_scan_force_spans(int spans)
+{
+    (void)spans;
+    return 0;
+}
+
+void tg_cuda_scan_last_spans(int *fwd, int *bwd)
+{
+    if (fwd) *fwd = 0;
+    if (bwd) *bwd = 0;
+}
+#endif
+
 typedef struct {
     bool delta_softplus;
     int64_t chunk;

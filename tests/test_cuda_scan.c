@@ -3,9 +3,11 @@
  * of many tiles, chunks that are not a multiple of 4, N = 1, 4, 16, D past one block of 32
  * channels), every option on and off, five layouts (contiguous, padded rows, strided,
  * channel-last, misaligned), f32, bf16 and f16, gradients asked for one input at a time,
- * a gradient reaching only the final state; bitwise-repeatable gradients; and the clear
- * errors (mixed devices, f64, N > 16). Skipped without a GPU. */
+ * a gradient reaching only the final state; sequences cut into spans (forced, and as the
+ * kernels choose them for small grids); bitwise-repeatable gradients; and the clear errors
+ * (mixed devices, f64, N > 16). Skipped without a GPU. */
 #include "cuda_util.h"
+#include "kernels/scan.h"
 
 #include <stdio.h>
 
@@ -339,25 +341,72 @@ Test(cuda_scan, bf16_and_f16_match_cpu)
 }
 
 /* A Mamba-like slice: N = 16, several blocks of channels, the default chunk (64), long
- * enough for many chunks, every option on; f32, bf16 and the channel-last layout. */
+ * enough for many chunks, every option on; f32, bf16 and the channel-last layout. Walked in
+ * one span, as the full-size grids these stand for are (small grids get spans of their own
+ * below). */
 Test(cuda_scan, mamba_like_sizes_match_cpu)
 {
     tt_require_cuda();
+    const int previous = tg_cuda_scan_force_spans(1);
     check_case((scan_case){2, 96, 16, 1000, 0, LAYOUT_CONTIGUOUS, TG_F32, all_features()});
     check_case((scan_case){2, 96, 16, 1000, 0, LAYOUT_CONTIGUOUS, TG_BF16, all_features()});
     check_case((scan_case){2, 80, 16, 515, 0, LAYOUT_CHANNEL_LAST, TG_F32, all_features()});
     check_case((scan_case){1, 64, 16, 700, 700, LAYOUT_CONTIGUOUS, TG_F32, all_features()}); /* one chunk, 44 tiles */
     /* the Selective Copying length of the Mamba paper (4096 + 2·16): 65 chunks, the last one half full */
     check_case((scan_case){2, 64, 16, 4128, 0, LAYOUT_CONTIGUOUS, TG_F32, all_features()});
+    tg_cuda_scan_force_spans(previous);
+}
+
+/* The sequence cut into a given number of spans, each walked by its own blocks from the
+ * state (forward) or state gradient (backward) its summary pass hands it: spans of one
+ * chunk, of many, a short last span, more spans asked for than there are chunks, chunks
+ * that are not a multiple of the tile, and every option on or off. */
+Test(cuda_scan, spans_of_a_sequence_match_cpu)
+{
+    tt_require_cuda();
+    const int64_t cases[][6] = {
+        /* B  D   N   L     chunk spans */
+        {2, 40, 16, 1000, 64, 2},
+        {1, 33, 16, 777, 64, 3},  /* the last span shorter */
+        {2, 8, 5, 300, 20, 8},    /* 15 chunks of 20 steps in 8 spans of two */
+        {1, 70, 16, 130, 16, 9},  /* 9 asked: at most 8 */
+        {2, 16, 4, 100, 37, 5},   /* 3 chunks, 5 spans asked */
+        {1, 5, 3, 64, 1, 8},      /* chunks of one step */
+        {3, 64, 16, 2048, 64, 6}, /* 32 chunks in 6 spans of 6 and a last of 2 */
+    };
+    const tg_dtype dtypes[3] = {TG_F32, TG_BF16, TG_F16};
+    for (size_t e = 0; e < sizeof cases / sizeof cases[0]; e++) {
+        const int previous = tg_cuda_scan_force_spans((int)cases[e][5]);
+        check_case((scan_case){cases[e][0], cases[e][1], cases[e][2], cases[e][3], cases[e][4],
+                               (layout)tt_randint(0, LAYOUT_COUNT - 1), dtypes[e % 3],
+                               e % 2 ? all_features() : random_features()});
+        tg_cuda_scan_force_spans(previous);
+    }
+}
+
+/* One block per (b, group) would leave nearly every SM idle here, so the kernels cut the
+ * sequence into spans on their own. */
+Test(cuda_scan, small_grids_are_cut_into_spans)
+{
+    tt_require_cuda();
+    const int previous = tg_cuda_scan_force_spans(0);
+    check_case((scan_case){1, 32, 16, 1024, 64, LAYOUT_CONTIGUOUS, TG_F32, all_features()});
+    int fwd_spans, bwd_spans;
+    tg_cuda_scan_last_spans(&fwd_spans, &bwd_spans);
+    tg_cuda_scan_force_spans(previous);
+    cr_assert(fwd_spans > 1 && bwd_spans > 1, "one block of 32 channels ran in %d forward and %d backward spans",
+              fwd_spans, bwd_spans);
 }
 
 /* Two backward passes over the same data give the same bits for every gradient (the sums
- * over d, and over b and t, run in a fixed order). */
+ * over d, and over b and t, run in a fixed order), in one span and in several. */
 Test(cuda_scan, gradients_are_bitwise_repeatable)
 {
     tt_require_cuda();
-    for (int lay = 0; lay < 2; lay++) {
-        scan_case c = {3, 100, 16, 333, 64, lay ? LAYOUT_CHANNEL_LAST : LAYOUT_CONTIGUOUS, TG_F32, all_features()};
+    for (int lay = 0; lay < 3; lay++) {
+        const int previous = tg_cuda_scan_force_spans(lay == 0 ? 1 : lay == 1 ? 0 : 3); /* one, chosen, three */
+        scan_case c = {3, 100, 16, 333, 64, lay == 1 ? LAYOUT_CHANNEL_LAST : LAYOUT_CONTIGUOUS, TG_F32,
+                       all_features()};
         c.f.final = true;
         tg_tape *tape = tg_tape_create();
         tg_tensor *cpu[N_IN], *gpu[2][N_IN];
@@ -373,6 +422,7 @@ Test(cuda_scan, gradients_are_bitwise_repeatable)
             cr_assert(cu_bitwise_equal(tape, gpu[0][i]->grad, gpu[1][i]->grad), "%s (%s): differs between two runs",
                       input_names[i], layout_names[c.lay]);
         tg_tape_free(tape);
+        tg_cuda_scan_force_spans(previous);
     }
 }
 

@@ -3,8 +3,10 @@
 // Notation as in kernels/scan.h. docs/selective_scan.md describes the design; in short:
 //
 //   Work split. A block owns kRows = 32 consecutive channels d of one batch row b and walks
-//   the whole sequence. Each (b, d) state vector of N ≤ 16 entries is split over kLanes = 4
-//   neighbouring lanes of kStates = 4 entries each, so the recurrence runs in registers,
+//   one span of the sequence: the whole of it, unless the grid would leave SMs idle
+//   (small B·D), when the sequence is cut into spans of whole chunks (below). Each (b, d)
+//   state vector of N ≤ 16 entries is split over kLanes = 4 neighbouring lanes of
+//   kStates = 4 entries each, so the recurrence runs in registers,
 //   a warp holds 8 channels, and Bm, Cm (shared by every d) are read once per block.
 //   Time goes in tiles of kTile = 16 steps: the block stages the tile's u, dt (softplus
 //   applied once per element), dy and the Bm, Cm columns in shared memory while its
@@ -29,6 +31,13 @@
 //   of each tile but the last (in a small per-block workspace); then the tiles are walked
 //   from the last: each recomputes its 16 states into registers, then runs the reverse
 //   scan over them. No per-step state ever reaches memory.
+//
+//   Spans. The recurrences are linear, so a span can start before the one ahead of it is
+//   done: a summary pass gives each span's end state from a zero start (forward) or the δh
+//   it passes back from a zero carry (backward), and its Σ dt; a span's block then enters
+//   with the true state, h_in = 2^(log2 e·Σdt·A) ⊙ h_in(previous) + summary, folded over
+//   the spans before it. The summary pass is extra work, so spans are cut only where the
+//   grid would leave most SMs idle (fewer blocks than half the SMs; choose_spans).
 //
 //   Deterministic sums. dBm, dCm (sums over d) are summed over the 8 channels of a warp
 //   by a transposed butterfly of shuffles, then over the block's 4 warps in shared memory
@@ -55,6 +64,8 @@ constexpr int kPitch = kTile + 4;               // per-step tiles: rows of 20 fl
 constexpr int kNPitch = kMaxN + 4;              // Bm/Cm tiles: 16-byte aligned rows
 constexpr int kMatLoaders = kThreads / 2;       // threads loading Bm (and as many loading Cm)
 constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kMaxSpans = 8;                    // spans a sequence is cut into at most
+constexpr int64_t kMinSpan = 64;                // steps a span has at least
 
 static_assert(kOwn == 4, "the vector loads are written for 4 steps per lane");
 static_assert(kMatLoaders == kMaxN * (kTile / kOwn), "one Bm/Cm run of kOwn steps per loader");
@@ -76,6 +87,7 @@ struct small {
 
 struct scan_params {
     int64_t B, D, L, N, chunk, n_chunks, groups; // groups: blocks per batch row
+    int64_t spans, span_chunks;                  // the sequence in spans of span_chunks chunks
     int dtype;                                   // of every tensor but the chunk states (f32)
     bool softplus;
     seq u, delta, z, Bm, Cm;
@@ -90,10 +102,13 @@ struct scan_params {
     seq du, ddelta, dz;
     small dinit;
     float *ws_bc;          // (groups, B, 2, N, L): per block, Σ_d of the dBm and dCm terms
-    float *ws_a;           // (B, D, N): Σ_t of the dA terms
-    float *ws_dv, *ws_db;  // (B, D): Σ_t of the dDv and ddelta_bias terms
+    float *ws_a;           // (spans, B, D, N): Σ_t over the span of the dA terms
+    float *ws_dv, *ws_db;  // (spans, B, D): Σ_t over the span of the dDv and ddelta_bias terms
     float *ckpt;           // per block: slots × kThreads × kStates tile start states
     int64_t slots;
+    // spans
+    float *span_state;     // (spans, B, D, kMaxN): a span's summary (end state, or δh passed back)
+    float *span_dt;        // (spans, B, D): Σ dt over the span
 };
 
 // ---- element access ----------------------------------------------------------------------
@@ -260,11 +275,14 @@ __device__ inline float warp_channel_sum(const float (&v)[8], int lane)
 struct place {
     int tid, lane, warp, lane_n, r;
     int64_t b, g, d, dr; // dr: the row read (rows past D read row D − 1 and store nothing)
+    int64_t span;
     bool row_ok;
     int mat, mat_n, mat_q; // loads matrix mat (0: Bm, 1: Cm), state mat_n, steps [mat_q·kOwn, +kOwn)
 };
 
-__device__ inline place place_of(const scan_params &P)
+// Blocks go span by span, each span's B·groups blocks in a row; first_span: the span of
+// block 0 (1 for the backward's summary pass, which the first span does not need).
+__device__ inline place place_of(const scan_params &P, int64_t first_span)
 {
     place w;
     w.tid = threadIdx.x;
@@ -272,8 +290,10 @@ __device__ inline place place_of(const scan_params &P)
     w.warp = w.tid / 32;
     w.lane_n = w.tid % kLanes;
     w.r = w.tid / kLanes;
-    w.b = blockIdx.x / P.groups;
-    w.g = blockIdx.x % P.groups;
+    const int64_t cells = P.B * P.groups, cell = blockIdx.x % cells;
+    w.span = first_span + blockIdx.x / cells;
+    w.b = cell / P.groups;
+    w.g = cell % P.groups;
     w.d = w.g * kRows + w.r;
     w.row_ok = w.d < P.D;
     w.dr = w.row_ok ? w.d : P.D - 1;
@@ -353,6 +373,40 @@ __device__ inline float silu_slope(float z)
     return s * (1.0f + z * (1.0f - s));
 }
 
+// ---- spans -------------------------------------------------------------------------------------
+
+// The first step of span s (L past the last span).
+__device__ inline int64_t span_begin(const scan_params &P, int64_t s) { return min(s * P.span_chunks * P.chunk, P.L); }
+
+__device__ inline int64_t span_index(const scan_params &P, const place &w, int64_t s)
+{
+    return (s * P.B + w.b) * P.D + w.dr;
+}
+
+// v ← 2^(log2 e·Σdt·A) ⊙ v + summary of span s: a state carried across the whole span.
+__device__ inline void carry_across_span(const scan_params &P, const place &w, int64_t s, const float (&A)[kStates],
+                                         float (&v)[kStates])
+{
+    const int64_t i = span_index(P, w, s);
+    const float dt2 = P.span_dt[i] * kLog2e;
+    const float4 q = *(const float4 *)(P.span_state + i * kMaxN + w.lane_n * kStates);
+    const float summary[kStates] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int j = 0; j < kStates; j++) v[j] = fmaf(exp2_fast(dt2 * A[j]), v[j], summary[j]);
+}
+
+// A summary pass's result: v (the lane's states) and Σ dt (each lane's share of the steps).
+__device__ inline void write_span_summary(const scan_params &P, const place &w, const float (&v)[kStates],
+                                          float dt_sum)
+{
+    dt_sum += __shfl_xor_sync(0xffffffffu, dt_sum, 1);
+    dt_sum += __shfl_xor_sync(0xffffffffu, dt_sum, 2);
+    if (!w.row_ok) return;
+    const int64_t i = span_index(P, w, w.span);
+    *(float4 *)(P.span_state + i * kMaxN + w.lane_n * kStates) = make_float4(v[0], v[1], v[2], v[3]);
+    if (w.lane_n == 0) P.span_dt[i] = dt_sum;
+}
+
 // ---- forward ---------------------------------------------------------------------------------
 
 // The state at the start of chunk `index`, kept for the backward.
@@ -365,6 +419,18 @@ __device__ inline void save_chunk_state(const scan_params &P, const place &w, in
         if (n < P.N)
             ((float *)P.states.p)[w.b * P.states.s0 + w.d * P.states.s1 + n * P.states.s2 + index * P.states.s3] = h[j];
     }
+}
+
+// One step of the recurrence from the staged tile, without the readout.
+__device__ inline void advance_step(const float (*s_dt)[kPitch], const float (*s_u)[kPitch],
+                                    const float (*s_B)[kNPitch], const place &w, int i, const float (&A)[kStates],
+                                    float (&h)[kStates])
+{
+    const float dt = s_dt[w.r][i], dtu = dt * s_u[w.r][i], dt2 = dt * kLog2e;
+    float Bv[kStates];
+    read4(s_B, i, w.lane_n, Bv);
+#pragma unroll
+    for (int j = 0; j < kStates; j++) h[j] = fmaf(exp2_fast(dt2 * A[j]), h[j], dtu * Bv[j]);
 }
 
 // One step of the recurrence from the staged tile; returns this lane's share of Cm·h.
@@ -386,8 +452,9 @@ __device__ inline float fwd_step(const float (*s_dt)[kPitch], const float (*s_u)
 }
 
 // kDtype: the dtype of every tensor but the chunk states (a template argument, so that each
-// load and store compiles to one access).
-template <int kDtype>
+// load and store compiles to one access). kEndOnly: the spans' summary pass, which writes
+// only each span's end state from a zero start and its Σ dt.
+template <int kDtype, bool kEndOnly>
 __global__ void __launch_bounds__(kThreads) scan_fwd_kernel(scan_params P)
 {
     __shared__ __align__(16) float s_dt[kRows][kPitch];
@@ -395,43 +462,65 @@ __global__ void __launch_bounds__(kThreads) scan_fwd_kernel(scan_params P)
     __shared__ __align__(16) float s_B[kTile][kNPitch];
     __shared__ __align__(16) float s_C[kTile][kNPitch];
 
-    const place w = place_of(P);
+    const place w = place_of(P, 0);
+    const int64_t t_begin = span_begin(P, w.span), t_end = span_begin(P, w.span + 1);
     float A[kStates], h[kStates];
     load_A(P, kDtype, w, A);
-    load_bdn(P.init, kDtype, P, w, h);
+    if (kEndOnly) {
+#pragma unroll
+        for (int j = 0; j < kStates; j++) h[j] = 0.0f;
+    } else {
+        load_bdn(P.init, kDtype, P, w, h);
+        for (int64_t s = 0; s < w.span; s++) carry_across_span(P, w, s, A, h);
+    }
     const float bias = load_channel(P.bias, kDtype, w.dr), skip = load_channel(P.Dv, kDtype, w.dr);
     const int own = w.lane_n * kOwn; // this lane's first step within a tile
     // Chunks that start on tile starts leave a full tile's steps without a branch.
     const bool tile_chunks = P.chunk % kTile == 0;
+    const bool stages_mat = !kEndOnly || w.mat == 0; // the summary needs no Cm
 
     // The next tile's inputs, loaded one tile ahead.
     float pu[kOwn], pd[kOwn], pz[kOwn], pm[kOwn];
     auto fetch = [&](int64_t t0) {
-        const int64_t t_end = min(t0 + kTile, P.L);
-        load_run(P.u, kDtype, w.b, w.dr, t0 + own, t_end, pu);
-        load_run(P.delta, kDtype, w.b, w.dr, t0 + own, t_end, pd);
-        load_run(P.z, kDtype, w.b, w.dr, t0 + own, t_end, pz);
-        load_mat_run(P, kDtype, w, t0, t_end, pm);
+        const int64_t t_stop = min(t0 + kTile, t_end);
+        load_run(P.u, kDtype, w.b, w.dr, t0 + own, t_stop, pu);
+        load_run(P.delta, kDtype, w.b, w.dr, t0 + own, t_stop, pd);
+        if (!kEndOnly) load_run(P.z, kDtype, w.b, w.dr, t0 + own, t_stop, pz);
+        if (stages_mat) load_mat_run(P, kDtype, w, t0, t_stop, pm);
     };
-    fetch(0);
-    int64_t next_save = P.states.p ? 0 : INT64_MAX, save_index = 0;
+    fetch(t_begin);
+    int64_t next_save = P.states.p && !kEndOnly ? t_begin : INT64_MAX, save_index = t_begin / P.chunk;
+    float dt_sum = 0.0f;
 
-    for (int64_t t0 = 0; t0 < P.L; t0 += kTile) {
-        const int len = (int)min((int64_t)kTile, P.L - t0);
+    for (int64_t t0 = t_begin; t0 < t_end; t0 += kTile) {
+        const int len = (int)min((int64_t)kTile, t_end - t0);
         __syncthreads(); // the previous tile's readers are done with the shared tiles
         float own_u[kOwn], own_gate[kOwn];
 #pragma unroll
         for (int k = 0; k < kOwn; k++) {
             float slope;
-            s_dt[w.r][own + k] = step_dt(pd[k] + bias, P.softplus, &slope);
+            const float dt = step_dt(pd[k] + bias, P.softplus, &slope);
+            s_dt[w.r][own + k] = dt;
             s_u[w.r][own + k] = pu[k];
             own_u[k] = pu[k];
-            own_gate[k] = P.z.p ? silu_of(pz[k]) : 1.0f;
+            if (kEndOnly && own + k < len) dt_sum += dt;
+            if (!kEndOnly) own_gate[k] = P.z.p ? silu_of(pz[k]) : 1.0f;
         }
-        store_mat_run(w.mat == 0 ? s_B : s_C, w, pm);
+        if (stages_mat) store_mat_run(w.mat == 0 ? s_B : s_C, w, pm);
         __syncthreads();
-        if (t0 + kTile < P.L) fetch(t0 + kTile);
+        if (t0 + kTile < t_end) fetch(t0 + kTile);
 
+        if (kEndOnly) {
+            if (len == kTile) {
+#pragma unroll
+                for (int i = 0; i < kTile; i++) advance_step(s_dt, s_u, s_B, w, i, A, h);
+            } else {
+#pragma unroll
+                for (int i = 0; i < kTile; i++)
+                    if (i < len) advance_step(s_dt, s_u, s_B, w, i, A, h);
+            }
+            continue;
+        }
         float yp[kTile]; // this lane's share of Cm·h per step
         if (len == kTile && tile_chunks) { // no step needs a test: the compiler can interleave them
             if (t0 == next_save) {
@@ -459,16 +548,19 @@ __global__ void __launch_bounds__(kThreads) scan_fwd_kernel(scan_params P)
         for (int k = 0; k < kOwn; k++) out[k] = fmaf(skip, own_u[k], y[k]) * own_gate[k];
         if (w.row_ok) store_run(P.out, kDtype, w.b, w.d, t0 + own, t0 + len, out);
     }
-    if (w.row_ok && P.final_state.p) store_bdn(P.final_state, kDtype, P, w, h);
+    if (kEndOnly)
+        write_span_summary(P, w, h, dt_sum);
+    else if (w.row_ok && P.final_state.p && w.span == P.spans - 1)
+        store_bdn(P.final_state, kDtype, P, w, h);
 }
 
 // ---- backward --------------------------------------------------------------------------------
 
-// One tile of the backward's walk. Chunks go from the last to the first; inside chunk c
-// of `tiles` tiles: checkpoint tiles k = 0 … tiles − 2 (forward only), then reverse tiles
-// k = tiles − 1 … 0.
+// One tile of the backward's walk. Chunks go from the span's last to its first (lo); inside
+// chunk c of `tiles` tiles: checkpoint tiles k = 0 … tiles − 2 (forward only), then reverse
+// tiles k = tiles − 1 … 0.
 struct tile_item {
-    int64_t c, k, tiles; // c < 0: done
+    int64_t c, k, tiles, lo; // c < 0: done
     bool rev;
 };
 
@@ -478,12 +570,13 @@ __device__ inline int64_t tiles_in_chunk(const scan_params &P, int64_t c)
     return (c1 - c0 + kTile - 1) / kTile;
 }
 
-__device__ inline tile_item chunk_first(const scan_params &P, int64_t c)
+__device__ inline tile_item chunk_first(const scan_params &P, int64_t c, int64_t lo)
 {
     tile_item it;
-    it.c = c;
+    it.c = c >= lo ? c : -1;
     it.k = 0;
-    it.tiles = c >= 0 ? tiles_in_chunk(P, c) : 0;
+    it.lo = lo;
+    it.tiles = it.c >= 0 ? tiles_in_chunk(P, c) : 0;
     it.rev = it.tiles == 1; // a one-tile chunk needs no checkpoints
     return it;
 }
@@ -503,7 +596,7 @@ __device__ inline tile_item next_item(const scan_params &P, tile_item it)
         it.k--;
         return it;
     }
-    return chunk_first(P, it.c - 1);
+    return chunk_first(P, it.c - 1, it.lo);
 }
 
 __device__ inline int64_t item_t0(const scan_params &P, const tile_item &it) { return it.c * P.chunk + it.k * kTile; }
@@ -538,7 +631,7 @@ __global__ void __launch_bounds__(kThreads, 3) scan_bwd_kernel(scan_params P)
     __shared__ __align__(16) float s_C[kTile][kNPitch];
     __shared__ float s_red[kWarps][kTile][33]; // per warp and step: the warp's Σ_d terms, one per lane
 
-    const place w = place_of(P);
+    const place w = place_of(P, 0);
     float A[kStates], h[kStates], carry[kStates], dA_sum[kStates];
     load_A(P, kDtype, w, A);
 #pragma unroll
@@ -547,6 +640,7 @@ __global__ void __launch_bounds__(kThreads, 3) scan_bwd_kernel(scan_params P)
         h[j] = 0.0f;
     }
     load_bdn(P.dfinal, kDtype, P, w, carry); // δh flowing into the last step
+    for (int64_t s = P.spans - 1; s > w.span; s--) carry_across_span(P, w, s, A, carry); // … and into this span
     if (!w.row_ok)
 #pragma unroll
         for (int j = 0; j < kStates; j++) carry[j] = 0.0f; // padding rows add nothing to the d-sums
@@ -582,7 +676,8 @@ __global__ void __launch_bounds__(kThreads, 3) scan_bwd_kernel(scan_params P)
         }
     };
 
-    tile_item it = chunk_first(P, P.n_chunks - 1);
+    const int64_t first_chunk = w.span * P.span_chunks;
+    tile_item it = chunk_first(P, min(first_chunk + P.span_chunks, P.n_chunks) - 1, first_chunk);
     fetch(it);
     while (it.c >= 0) {
         const int64_t t0 = item_t0(P, it), t_end = item_end(P, it);
@@ -668,15 +763,8 @@ __global__ void __launch_bounds__(kThreads, 3) scan_bwd_kernel(scan_params P)
             auto advance = [&](auto full_tile) {
                 constexpr bool kFull = decltype(full_tile)::value; // no step needs a test
 #pragma unroll
-                for (int i = 0; i < kTile; i++) {
-                    if (kFull || i < len) {
-                        const float dt = s_dt[w.r][i], dtu = dt * s_u[w.r][i], dt2 = dt * kLog2e;
-                        float Bv[kStates];
-                        read4(s_B, i, w.lane_n, Bv);
-#pragma unroll
-                        for (int j = 0; j < kStates; j++) h[j] = fmaf(exp2_fast(dt2 * A[j]), h[j], dtu * Bv[j]);
-                    }
-                }
+                for (int i = 0; i < kTile; i++)
+                    if (kFull || i < len) advance_step(s_dt, s_u, s_B, w, i, A, h);
             };
             if (len == kTile)
                 advance(std::true_type{});
@@ -741,14 +829,73 @@ __global__ void __launch_bounds__(kThreads, 3) scan_bwd_kernel(scan_params P)
     db_sum += __shfl_xor_sync(0xffffffffu, db_sum, 1);
     db_sum += __shfl_xor_sync(0xffffffffu, db_sum, 2);
     if (!w.row_ok) return;
-    if (w.lane_n == 0 && P.ws_dv) P.ws_dv[w.b * P.D + w.d] = dv_sum;
-    if (w.lane_n == 0 && P.ws_db) P.ws_db[w.b * P.D + w.d] = db_sum;
+    const int64_t cell = span_index(P, w, w.span); // the sums per span, added over spans and b in order
+    if (w.lane_n == 0 && P.ws_dv) P.ws_dv[cell] = dv_sum;
+    if (w.lane_n == 0 && P.ws_db) P.ws_db[cell] = db_sum;
 #pragma unroll
     for (int j = 0; j < kStates; j++) {
         int n = state_n(w, j);
-        if (P.ws_a && n < P.N) P.ws_a[(w.b * P.D + w.d) * P.N + n] = dA_sum[j];
+        if (P.ws_a && n < P.N) P.ws_a[cell * P.N + n] = dA_sum[j];
     }
-    if (P.dinit.p) store_bdn(P.dinit, kDtype, P, w, carry); // what reaches h_{−1} through Ā_0
+    if (P.dinit.p && w.span == 0) store_bdn(P.dinit, kDtype, P, w, carry); // what reaches h_{−1} through Ā_0
+}
+
+// The backward's summary pass for spans 1 … spans − 1: the δh each passes back to the span
+// before it from a zero carry at its end, and its Σ dt. Only δh's recurrence, δh_t =
+// Cm_t·dy_t + carry, carry ← Ā_t·δh_t, with the main pass's arithmetic.
+template <int kDtype>
+__global__ void __launch_bounds__(kThreads) scan_bwd_summary_kernel(scan_params P)
+{
+    __shared__ __align__(16) float s_dt[kRows][kPitch];
+    __shared__ __align__(16) float s_dy[kRows][kPitch];
+    __shared__ __align__(16) float s_C[kTile][kNPitch];
+
+    const place w = place_of(P, 1);
+    const int64_t t_begin = span_begin(P, w.span), t_end = span_begin(P, w.span + 1);
+    float A[kStates], carry[kStates];
+    load_A(P, kDtype, w, A);
+#pragma unroll
+    for (int j = 0; j < kStates; j++) carry[j] = 0.0f;
+    const float bias = load_channel(P.bias, kDtype, w.dr);
+    const int own = w.lane_n * kOwn;
+    float dt_sum = 0.0f;
+
+    float pd[kOwn], pz[kOwn], po[kOwn], pm[kOwn];
+    auto fetch = [&](int64_t t0) {
+        const int64_t t_stop = min(t0 + kTile, t_end);
+        load_run(P.delta, kDtype, w.b, w.dr, t0 + own, t_stop, pd);
+        load_run(P.z, kDtype, w.b, w.dr, t0 + own, t_stop, pz);
+        load_run(P.dout, kDtype, w.b, w.dr, t0 + own, t_stop, po);
+        if (w.mat == 1) load_mat_run(P, kDtype, w, t0, t_stop, pm);
+    };
+    const int64_t tiles = (t_end - t_begin + kTile - 1) / kTile;
+    fetch(t_begin + (tiles - 1) * kTile);
+    for (int64_t k = tiles - 1; k >= 0; k--) {
+        const int64_t t0 = t_begin + k * kTile;
+        const int len = (int)min((int64_t)kTile, t_end - t0);
+        __syncthreads(); // the previous tile's readers are done with the shared tiles
+#pragma unroll
+        for (int q = 0; q < kOwn; q++) {
+            float slope;
+            const float dt = step_dt(pd[q] + bias, P.softplus, &slope);
+            s_dt[w.r][own + q] = dt;
+            s_dy[w.r][own + q] = w.row_ok ? po[q] * (P.z.p ? silu_of(pz[q]) : 1.0f) : 0.0f;
+            if (own + q < len) dt_sum += dt;
+        }
+        if (w.mat == 1) store_mat_run(s_C, w, pm);
+        __syncthreads();
+        if (k > 0) fetch(t0 - kTile);
+#pragma unroll
+        for (int i = kTile - 1; i >= 0; i--) {
+            if (i >= len) continue;
+            const float dt2 = s_dt[w.r][i] * kLog2e, dy = s_dy[w.r][i];
+            float Cv[kStates];
+            read4(s_C, i, w.lane_n, Cv);
+#pragma unroll
+            for (int j = 0; j < kStates; j++) carry[j] = exp2_fast(dt2 * A[j]) * fmaf(Cv[j], dy, carry[j]);
+        }
+    }
+    write_span_summary(P, w, carry, dt_sum);
 }
 
 // dBm[b, n, t], dCm[b, n, t]: the blocks' sums added over the blocks in order.
@@ -765,7 +912,8 @@ __global__ void sum_bc_kernel(const float *ws, int64_t groups, int64_t per_group
     }
 }
 
-// dA[d, n] = Σ_b ws_a[b, d, n]; dDv[d], ddelta_bias[d] likewise, b in order.
+// dA[d, n] = Σ_r ws_a[r, d, n] over the B rows of the workspaces (b of each span), in order;
+// dDv[d], ddelta_bias[d] likewise.
 __global__ void sum_channels_kernel(const float *ws_a, const float *ws_dv, const float *ws_db, int64_t B, int64_t D,
                                     int64_t N, small dA, small dDv, small db, int dtype)
 {
@@ -833,8 +981,9 @@ tg_status check_supported(const tg_scan_args *a)
     return TG_OK;
 }
 
-// The parameters both kernels share; false (with a message) when the grid would not fit.
-tg_status make_params(const tg_scan_args *a, scan_params &P, unsigned &blocks)
+// The parameters both kernels share, with one span (see choose_spans); an error when the
+// grid would not fit. cells: the blocks of one span, B·⌈D/32⌉.
+tg_status make_params(const tg_scan_args *a, scan_params &P, int64_t &cells)
 {
     tg_status status = check_supported(a);
     if (status != TG_OK) return status;
@@ -845,6 +994,8 @@ tg_status make_params(const tg_scan_args *a, scan_params &P, unsigned &blocks)
     P.N = a->A->shape[1];
     P.chunk = a->chunk;
     P.n_chunks = (P.L - 1) / P.chunk + 1;
+    P.spans = 1;
+    P.span_chunks = P.n_chunks;
     P.groups = (P.D + kRows - 1) / kRows;
     P.dtype = (int)a->u->dtype;
     P.softplus = a->delta_softplus;
@@ -857,10 +1008,50 @@ tg_status make_params(const tg_scan_args *a, scan_params &P, unsigned &blocks)
     P.Dv = small_of(a->Dv);
     P.bias = small_of(a->delta_bias);
     P.init = small_of(a->initial_state);
-    if (P.B * P.groups > INT32_MAX)
+    if (P.B * P.groups > INT32_MAX / kMaxSpans)
         return tg_set_error(TG_ERR_OVERFLOW, "%s: B·⌈D/%d⌉ = %lld·%lld blocks is beyond the CUDA grid", OP, kRows,
                             (long long)P.B, (long long)P.groups);
-    blocks = (unsigned)(P.B * P.groups);
+    cells = P.B * P.groups;
+    return TG_OK;
+}
+
+int forced_spans = 0;                 // tg_cuda_scan_force_spans
+int last_fwd_spans = 0, last_bwd_spans = 0; // tg_cuda_scan_last_spans
+
+// Cuts the sequence into spans of whole chunks when the grid of one block per (b, group)
+// has fewer blocks than half the SMs: a block's steps form one chain of dependent updates, so
+// such a grid runs the sequence no faster than one SM would while the rest of the GPU idles.
+// Spans then multiply the blocks up to what the GPU holds at once (`resident`), in spans of
+// at least kMinSpan steps. Fuller grids are not cut: from about one block per SM on, the
+// extra blocks gained less than the summary pass costs. Sets P.spans and P.span_chunks.
+void choose_spans(scan_params &P, int64_t cells, int64_t resident)
+{
+    int64_t spans = 1;
+    if (forced_spans > 0) {
+        spans = forced_spans;
+    } else if (resident > 0 && 2 * cells <= tg_cuda_multiprocessors()) {
+        spans = resident / cells;
+        if (spans > P.L / kMinSpan) spans = P.L / kMinSpan;
+        if (spans > kMaxSpans) spans = kMaxSpans;
+        if (spans < 1) spans = 1;
+    }
+    P.span_chunks = (P.n_chunks + spans - 1) / spans; // whole chunks, so no chunk is split
+    P.spans = (P.n_chunks + P.span_chunks - 1) / P.span_chunks;
+}
+
+// The spans' summaries: (spans, B, D, kMaxN) states and (spans, B, D) sums of dt, in one
+// device block that the caller frees; NULL with one span.
+tg_status alloc_span_summaries(scan_params &P, float **base, size_t *bytes)
+{
+    *base = NULL;
+    *bytes = 0;
+    if (P.spans == 1) return TG_OK;
+    const int64_t cells = P.spans * P.B * P.D;
+    *bytes = (size_t)(cells * (kMaxN + 1)) * sizeof(float);
+    tg_status status = tg_device_alloc(TG_DEVICE_CUDA, *bytes, (void **)base);
+    if (status != TG_OK) return status;
+    P.span_state = *base;
+    P.span_dt = *base + cells * kMaxN;
     return TG_OK;
 }
 
@@ -890,26 +1081,65 @@ struct bwd_workspace {
 
 int64_t round4(int64_t n) { return (n + 3) / 4 * 4; }
 
-bwd_workspace workspace_sizes(const scan_params &P, const tg_scan_grads *g, unsigned blocks)
+bwd_workspace workspace_sizes(const scan_params &P, const tg_scan_grads *g, int64_t cells)
 {
+    const int64_t sums = P.spans * P.B * P.D; // the sums over t: per span, b and d
     bwd_workspace s = {};
     s.bc = g->dBm || g->dCm ? round4(P.groups * P.B * 2 * P.N * P.L) : 0;
-    s.a = g->dA ? round4(P.B * P.D * P.N) : 0;
-    s.dv = g->dDv ? round4(P.B * P.D) : 0;
-    s.db = g->ddelta_bias ? round4(P.B * P.D) : 0;
-    s.ckpt = (int64_t)blocks * P.slots * kThreads * kStates;
+    s.a = g->dA ? round4(sums * P.N) : 0;
+    s.dv = g->dDv ? round4(sums) : 0;
+    s.db = g->ddelta_bias ? round4(sums) : 0;
+    s.ckpt = cells * P.spans * P.slots * kThreads * kStates;
     s.total = s.bc + s.a + s.dv + s.db + s.ckpt;
     return s;
 }
 
+// The forward's kernels for one dtype: with spans, the summary pass, then the main one.
+template <int kDtype> void launch_fwd(const scan_params &P, int64_t cells)
+{
+    if (P.spans > 1) scan_fwd_kernel<kDtype, true><<<(unsigned)(cells * (P.spans - 1)), kThreads>>>(P);
+    scan_fwd_kernel<kDtype, false><<<(unsigned)(cells * P.spans), kThreads>>>(P);
+}
+
+template <int kDtype> void plan_fwd(scan_params &P, int64_t cells)
+{
+    choose_spans(P, cells, tg_cuda_resident_blocks(scan_fwd_kernel<kDtype, false>, kThreads, 0));
+}
+
+// The backward's kernels for one dtype: with spans, the summary pass (spans 1 on), then the
+// main one.
+template <int kDtype> void launch_bwd(const scan_params &P, int64_t cells)
+{
+    if (P.spans > 1) scan_bwd_summary_kernel<kDtype><<<(unsigned)(cells * (P.spans - 1)), kThreads>>>(P);
+    scan_bwd_kernel<kDtype><<<(unsigned)(cells * P.spans), kThreads>>>(P);
+}
+
+template <int kDtype> void plan_bwd(scan_params &P, int64_t cells)
+{
+    choose_spans(P, cells, tg_cuda_resident_blocks(scan_bwd_kernel<kDtype>, kThreads, 0));
+}
+
 } // namespace
+
+extern "C" int tg_cuda_scan_force_spans(int spans)
+{
+    const int previous = forced_spans;
+    forced_spans = spans < 0 ? 0 : spans > kMaxSpans ? kMaxSpans : spans;
+    return previous;
+}
+
+extern "C" void tg_cuda_scan_last_spans(int *fwd, int *bwd)
+{
+    if (fwd) *fwd = last_fwd_spans;
+    if (bwd) *bwd = last_bwd_spans;
+}
 
 extern "C" tg_status tg_cuda_selective_scan_fwd(const tg_scan_args *args, tg_tensor *out, tg_tensor *final_state,
                                                 tg_tensor *chunk_states)
 {
     scan_params P;
-    unsigned blocks;
-    tg_status status = make_params(args, P, blocks);
+    int64_t cells;
+    tg_status status = make_params(args, P, cells);
     const tg_tensor *same[] = {args->delta, args->A, args->Bm, args->Cm, args->Dv, args->z, args->delta_bias,
                                args->initial_state, out, final_state};
     if (status == TG_OK) status = check_dtypes(same, (int)(sizeof same / sizeof same[0]), args->u->dtype);
@@ -919,11 +1149,23 @@ extern "C" tg_status tg_cuda_selective_scan_fwd(const tg_scan_args *args, tg_ten
     P.final_state = small_of(final_state);
     P.states = small_of(chunk_states);
     switch (P.dtype) {
-    case TG_F32: scan_fwd_kernel<TG_F32><<<blocks, kThreads>>>(P); break;
-    case TG_BF16: scan_fwd_kernel<TG_BF16><<<blocks, kThreads>>>(P); break;
-    default: scan_fwd_kernel<TG_F16><<<blocks, kThreads>>>(P); break; // check_supported left no other
+    case TG_F32: plan_fwd<TG_F32>(P, cells); break;
+    case TG_BF16: plan_fwd<TG_BF16>(P, cells); break;
+    default: plan_fwd<TG_F16>(P, cells); break; // check_supported left no other
     }
-    return tg_cuda_check_launch(OP);
+    last_fwd_spans = (int)P.spans;
+    float *summaries;
+    size_t summary_bytes;
+    status = alloc_span_summaries(P, &summaries, &summary_bytes);
+    if (status != TG_OK) return status;
+    switch (P.dtype) {
+    case TG_F32: launch_fwd<TG_F32>(P, cells); break;
+    case TG_BF16: launch_fwd<TG_BF16>(P, cells); break;
+    default: launch_fwd<TG_F16>(P, cells); break;
+    }
+    status = tg_cuda_check_launch(OP);
+    if (summaries) tg_device_free(TG_DEVICE_CUDA, summaries, summary_bytes);
+    return status;
 }
 
 extern "C" tg_status tg_cuda_selective_scan_bwd(const tg_scan_args *args, const tg_tensor *chunk_states,
@@ -931,8 +1173,8 @@ extern "C" tg_status tg_cuda_selective_scan_bwd(const tg_scan_args *args, const 
                                                 const tg_scan_grads *grads)
 {
     scan_params P;
-    unsigned blocks;
-    tg_status status = make_params(args, P, blocks);
+    int64_t cells;
+    tg_status status = make_params(args, P, cells);
     const tg_scan_grads *g = grads;
     const tg_tensor *same[] = {args->delta, args->A, args->Bm, args->Cm, args->Dv, args->z, args->delta_bias,
                                args->initial_state, dout, dfinal, g->du, g->ddelta, g->dA, g->dBm, g->dCm, g->dDv,
@@ -953,11 +1195,23 @@ extern "C" tg_status tg_cuda_selective_scan_bwd(const tg_scan_args *args, const 
     const int64_t tiles = (longest + kTile - 1) / kTile;
     P.slots = tiles > 1 ? tiles - 1 : 1;
 
-    const bwd_workspace ws = workspace_sizes(P, g, blocks);
+    switch (P.dtype) {
+    case TG_F32: plan_bwd<TG_F32>(P, cells); break;
+    case TG_BF16: plan_bwd<TG_BF16>(P, cells); break;
+    default: plan_bwd<TG_F16>(P, cells); break; // check_supported left no other
+    }
+    last_bwd_spans = (int)P.spans;
+
+    const bwd_workspace ws = workspace_sizes(P, g, cells);
     const size_t ws_bytes = (size_t)ws.total * sizeof(float);
-    float *base = NULL;
+    float *base = NULL, *summaries = NULL;
+    size_t summary_bytes = 0;
     status = tg_device_alloc(TG_DEVICE_CUDA, ws_bytes, (void **)&base);
-    if (status != TG_OK) return status;
+    if (status == TG_OK) status = alloc_span_summaries(P, &summaries, &summary_bytes);
+    if (status != TG_OK) {
+        if (base) tg_device_free(TG_DEVICE_CUDA, base, ws_bytes);
+        return status;
+    }
     float *next = base;
     P.ws_bc = ws.bc ? next : NULL;
     next += ws.bc;
@@ -970,9 +1224,9 @@ extern "C" tg_status tg_cuda_selective_scan_bwd(const tg_scan_args *args, const 
     P.ckpt = next;
 
     switch (P.dtype) {
-    case TG_F32: scan_bwd_kernel<TG_F32><<<blocks, kThreads>>>(P); break;
-    case TG_BF16: scan_bwd_kernel<TG_BF16><<<blocks, kThreads>>>(P); break;
-    default: scan_bwd_kernel<TG_F16><<<blocks, kThreads>>>(P); break; // check_supported left no other
+    case TG_F32: launch_bwd<TG_F32>(P, cells); break;
+    case TG_BF16: launch_bwd<TG_BF16>(P, cells); break;
+    default: launch_bwd<TG_F16>(P, cells); break;
     }
     status = tg_cuda_check_launch("tg_selective_scan backward");
     if (status == TG_OK && P.ws_bc) {
@@ -983,10 +1237,11 @@ extern "C" tg_status tg_cuda_selective_scan_bwd(const tg_scan_args *args, const 
     }
     if (status == TG_OK && (P.ws_a || P.ws_dv || P.ws_db)) {
         sum_channels_kernel<<<tg_blocks_for(P.D * P.N + 2 * P.D), TG_THREADS>>>(
-            P.ws_a, P.ws_dv, P.ws_db, P.B, P.D, P.N, small_of(g->dA), small_of(g->dDv), small_of(g->ddelta_bias),
+            P.ws_a, P.ws_dv, P.ws_db, P.spans * P.B, P.D, P.N, small_of(g->dA), small_of(g->dDv), small_of(g->ddelta_bias),
             P.dtype);
         status = tg_cuda_check_launch("tg_selective_scan backward");
     }
     tg_device_free(TG_DEVICE_CUDA, base, ws_bytes);
+    if (summaries) tg_device_free(TG_DEVICE_CUDA, summaries, summary_bytes);
     return status;
 }
