@@ -31,7 +31,8 @@
 #   strided-copy             build/bench/strided_copy_bench: a plain copy walking a channel-last
 #                            tensor in the stream kernels' pattern (and with warps that read
 #                            16 streams of time each), against the tensor's copy
-#   scan-bench               build/bench/scan_bench (CSV lines also in $OUT/scan.csv)
+#   scan-bench               build/bench/scan_bench (CSV lines also in $OUT/scan.csv; SCAN_ARGS:
+#                            more options, e.g. "--spans 0,1,4")
 #   mamba-memory             build/bench/mamba_memory --device cuda (B 8, L 2048, d_model 768)
 #   train-bench              build/bench/train_bench --profile --csv $OUT/train.csv: the whole
 #                            training step at the five model sizes, f32 and bf16, and where each
@@ -304,7 +305,8 @@ if wanted strided-copy && [ -x build/bench/strided_copy_bench ]; then
     run_step strided-copy "$(limit_for 30 "$PEERS_RESERVE")" build/bench/strided_copy_bench
 fi
 if wanted scan-bench && [ -x build/bench/scan_bench ]; then
-    run_step scan-bench "$(limit_for 120 "$PEERS_RESERVE")" build/bench/scan_bench
+    # shellcheck disable=SC2086 # SCAN_ARGS: options for scan_bench, e.g. "--spans 0,1,4"
+    run_step scan-bench "$(limit_for 240 "$PEERS_RESERVE")" build/bench/scan_bench ${SCAN_ARGS:-}
     grep -v '^#' "$LOGS/scan-bench.log" | grep ',' > "$OUT/scan.csv" || true
 fi
 if wanted mamba-memory && [ -x build/bench/mamba_memory ]; then # the Mamba model's memory at B 8, L 2048, d_model 768

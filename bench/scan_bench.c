@@ -1,12 +1,13 @@
 /* bench/scan_bench.c: times the CUDA selective scan kernels.
  *
- *   scan_bench [--quick] [--runs N]
+ *   scan_bench [--quick] [--runs N] [--spans LIST]
  *
- * Cases: (B, D, N, L) = (8, 1536, 16, 2048) and (16, 768, 16, 1024), in f32 and bf16, with
- * the gate z, the skip Dv and delta_bias + softplus on, no initial or final state, and the
- * op's default chunk (64). "fwd" is the forward as training runs it (the chunk states are
- * written); "fwd+bwd" is that forward followed by the backward with every gradient. The
- * kernel entry points are called directly (no tape) on inputs drawn with cuRAND.
+ * Cases (B, D, N, L): the training programs' scans (8, 128, 16, 256), (32, 512, 16, 256),
+ * (64, 128, 16, 4096) and (8, 1536, 16, 2048), and (16, 768, 16, 1024) and (2, 768, 16, 4096),
+ * in f32 and bf16, with the gate z, the skip Dv and delta_bias + softplus on, no initial or
+ * final state, and the op's default chunk (64). "fwd" is the forward as training runs it (the
+ * chunk states are written); "fwd+bwd" is that forward followed by the backward with every
+ * gradient. The kernel entry points are called directly (no tape) on inputs drawn with cuRAND.
  *
  * How it measures (bench/bench_cuda.h, as bench/conv1d_bench.c): each case rotates among
  * enough input sets that their u tensors alone exceed 4× the L2 cache; after a warm-up the
@@ -17,7 +18,11 @@
  * and the chunk states; the backward also reads dout and writes du, ddelta, dz, dBm, dCm)
  * over the device-to-device copy bandwidth measured at the start.
  *
- * Output: '#' lines describe the device and the floors; then CSV, one line per case:
+ * --spans 0,2,4 times each case once per entry: 0 lets the kernels choose how many spans to
+ * cut the sequence into (the default, impl "tapegrad"), N forces N (impl "tapegrad-spansN").
+ *
+ * Output: '#' lines describe the device, the floors and the spans each case ran with; then CSV,
+ * one line per case:
  *   impl,B,D,N,L,dtype,fwd_us,fwdbwd_us,status
  * bench/scan_peers.py prints the same columns for its PyTorch peers. */
 #include "bench/bench_cuda.h"
@@ -37,7 +42,8 @@ typedef struct {
 } scan_size;
 
 static const scan_size bench_sizes[] = {
-    {8, 128, 16, 256}, {32, 512, 16, 256}, {64, 128, 16, 4096}, {8, 1536, 16, 2048}, {16, 768, 16, 1024}};
+    {8, 128, 16, 256}, {32, 512, 16, 256}, {64, 128, 16, 4096}, {8, 1536, 16, 2048}, {16, 768, 16, 1024},
+    {2, 768, 16, 4096}};
 static const tg_dtype bench_dtypes[] = {TG_F32, TG_BF16};
 
 #define COUNT_OF(a) BENCH_COUNT_OF(a)
@@ -161,9 +167,30 @@ static void floor_bytes(scan_size s, tg_dtype dtype, double *fwd, double *bwd)
 
 /* ---- main ------------------------------------------------------------------------------------ */
 
-static bool parse_options(int argc, char **argv, bench_policy *o)
+#define MAX_SPAN_SETTINGS 9
+
+typedef struct {
+    int count, values[MAX_SPAN_SETTINGS];
+} span_settings;
+
+/* "0,2,4": the span counts to time each case with (0: the kernels' choice). */
+static bool parse_spans(const char *text, span_settings *spans)
+{
+    spans->count = 0;
+    while (*text && spans->count < MAX_SPAN_SETTINGS) {
+        char *end;
+        long v = strtol(text, &end, 10);
+        if (end == text || v < 0 || v > 8 || (*end && *end != ',')) return false;
+        spans->values[spans->count++] = (int)v;
+        text = *end ? end + 1 : end;
+    }
+    return spans->count > 0 && !*text;
+}
+
+static bool parse_options(int argc, char **argv, bench_policy *o, span_settings *spans)
 {
     *o = (bench_policy){.max_runs = 100, .min_runs = 10, .warmup = 3, .budget_ms = 2000.0};
+    *spans = (span_settings){1, {0}};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) {
             *o = (bench_policy){.max_runs = 5, .min_runs = 2, .warmup = 1, .budget_ms = 100.0};
@@ -171,6 +198,8 @@ static bool parse_options(int argc, char **argv, bench_policy *o)
             o->max_runs = atoi(argv[++i]);
             if (o->max_runs < 1 || o->max_runs > BENCH_MAX_RUNS) return false;
             if (o->min_runs > o->max_runs) o->min_runs = o->max_runs;
+        } else if (!strcmp(argv[i], "--spans") && i + 1 < argc) {
+            if (!parse_spans(argv[++i], spans)) return false;
         } else {
             return false;
         }
@@ -181,8 +210,9 @@ static bool parse_options(int argc, char **argv, bench_policy *o)
 int main(int argc, char **argv)
 {
     bench_policy o;
-    if (!parse_options(argc, argv, &o)) {
-        fprintf(stderr, "usage: scan_bench [--quick] [--runs N]\n");
+    span_settings spans;
+    if (!parse_options(argc, argv, &o, &spans)) {
+        fprintf(stderr, "usage: scan_bench [--quick] [--runs N] [--spans N,N,... (0 … 8)]\n");
         return 2;
     }
     if (!tg_device_available(TG_DEVICE_CUDA)) {
@@ -209,34 +239,41 @@ int main(int argc, char **argv)
     int failed = 0;
     bool device_ok = isfinite(copy_gbps);
     for (int si = 0; device_ok && si < COUNT_OF(bench_sizes); si++)
-        for (int di = 0; device_ok && di < COUNT_OF(bench_dtypes); di++) {
-            scan_size s = bench_sizes[si];
-            tg_dtype dtype = bench_dtypes[di];
-            bench_case c;
-            bench_timing fwd, both;
-            int64_t bad = -1;
-            if (!make_case(tape, &rng, &c, s, dtype, (size_t)prop.l2CacheSize)) {
-                fwd = both = bench_timing_failed(tg_last_error());
-            } else {
-                fwd = bench_time_runs(run_forward, &c, c.sets, &o);
-                both = bench_time_runs(run_forward_backward, &c, c.sets, &o);
-                if (both.ok) bad = non_finite(&c);
+        for (int di = 0; device_ok && di < COUNT_OF(bench_dtypes); di++)
+            for (int pi = 0; device_ok && pi < spans.count; pi++) {
+                scan_size s = bench_sizes[si];
+                tg_dtype dtype = bench_dtypes[di];
+                char impl[32] = "tapegrad";
+                if (spans.values[pi]) snprintf(impl, sizeof impl, "tapegrad-spans%d", spans.values[pi]);
+                tg_cuda_scan_force_spans(spans.values[pi]);
+                bench_case c;
+                bench_timing fwd, both;
+                int64_t bad = -1;
+                if (!make_case(tape, &rng, &c, s, dtype, (size_t)prop.l2CacheSize)) {
+                    fwd = both = bench_timing_failed(tg_last_error());
+                } else {
+                    fwd = bench_time_runs(run_forward, &c, c.sets, &o);
+                    both = bench_time_runs(run_forward_backward, &c, c.sets, &o);
+                    if (both.ok) bad = non_finite(&c);
+                }
+                const char *status = !fwd.ok ? fwd.error : !both.ok ? both.error : bad != 0 ? "not finite" : "ok";
+                printf("%s,%lld,%lld,%lld,%lld,%s,%.1f,%.1f,%s\n", impl, (long long)s.B, (long long)s.D, (long long)s.N,
+                       (long long)s.L, tg_dtype_name(dtype), fwd.ok ? fwd.median_us : NAN,
+                       both.ok ? both.median_us : NAN, status);
+                double fwd_bytes, bwd_bytes;
+                floor_bytes(s, dtype, &fwd_bytes, &bwd_bytes);
+                printf("#   floor: fwd %.1f MB (%.1f us at copy speed), fwd+bwd %.1f MB (%.1f us); runs %d/%d\n",
+                       fwd_bytes / 1e6, fwd_bytes / copy_gbps / 1e3, (fwd_bytes + bwd_bytes) / 1e6,
+                       (fwd_bytes + bwd_bytes) / copy_gbps / 1e3, fwd.runs, both.runs);
+                int fwd_spans, bwd_spans;
+                tg_cuda_scan_last_spans(&fwd_spans, &bwd_spans);
+                printf("#   spans: fwd %d, bwd %d\n", fwd_spans, bwd_spans);
+                fflush(stdout);
+                if (strcmp(status, "ok") != 0) failed++;
+                device_ok = bench_cuda_ok(cudaDeviceSynchronize(), "after a case");
+                tg_tape_reset(tape);
+                tg_memory_empty_cache();
             }
-            const char *status = !fwd.ok ? fwd.error : !both.ok ? both.error : bad != 0 ? "not finite" : "ok";
-            printf("tapegrad,%lld,%lld,%lld,%lld,%s,%.1f,%.1f,%s\n", (long long)s.B, (long long)s.D, (long long)s.N,
-                   (long long)s.L, tg_dtype_name(dtype), fwd.ok ? fwd.median_us : NAN,
-                   both.ok ? both.median_us : NAN, status);
-            double fwd_bytes, bwd_bytes;
-            floor_bytes(s, dtype, &fwd_bytes, &bwd_bytes);
-            printf("#   floor: fwd %.1f MB (%.1f us at copy speed), fwd+bwd %.1f MB (%.1f us); runs %d/%d\n",
-                   fwd_bytes / 1e6, fwd_bytes / copy_gbps / 1e3, (fwd_bytes + bwd_bytes) / 1e6,
-                   (fwd_bytes + bwd_bytes) / copy_gbps / 1e3, fwd.runs, both.runs);
-            fflush(stdout);
-            if (strcmp(status, "ok") != 0) failed++;
-            device_ok = bench_cuda_ok(cudaDeviceSynchronize(), "after a case");
-            tg_tape_reset(tape);
-            tg_memory_empty_cache();
-        }
     tg_tape_free(tape);
     printf("# %d cases failed%s\n", failed, device_ok ? "" : "; stopped early: the device is in an error state");
     return failed == 0 && device_ok ? 0 : 1;
