@@ -32,6 +32,13 @@ bool tg_check_tensor(const char *op, const char *name, const tg_tensor *t)
                          op, name, tg_device_name(t->device), tg_device_name(t->storage->device));
         return false;
     }
+    if (t->storage->state == TG_DATA_RELEASED) {
+        tg_error_tensors(TG_ERR_STATE, 1, &name, &t,
+                         "%s: %s was released to be recomputed in the backward (tg_recompute_in_backward); "
+                         "nothing may read it before the backward recomputes it",
+                         op, name);
+        return false;
+    }
     return true;
 }
 

@@ -18,11 +18,16 @@ typedef enum {
     TG_STORAGE_PARAMS /* one buffer of a tg_params store, which may move it while growing */
 } tg_storage_kind;
 
+/* Whether an activation's bytes are there (core/recompute.c): released ones were given back
+ * after the forward and come back, recomputed, when the backward reaches them. */
+typedef enum { TG_DATA_PRESENT, TG_DATA_RELEASED, TG_DATA_RECOMPUTED } tg_data_state;
+
 struct tg_storage {
     void *data;
     size_t nbytes;
     tg_device device;
     tg_storage_kind kind;
+    tg_data_state state;
 };
 
 /* ---- CPU threads (core/parallel.c) -------------------------------------------------------
@@ -55,6 +60,19 @@ tg_status tg_device_zero(tg_device device, void *ptr, size_t bytes);
 
 /* Device bytes owned by the tape: given back by tg_tape_reset (or a rewind past them). */
 void *tg_tape_alloc_device(tg_tape *tape, tg_device device, size_t nbytes);
+/* Gives back one of the tape's device blocks before the reset (its entry stays in the tape's
+ * list, empty, so marks taken earlier stay valid); false when the tape does not own ptr. */
+bool tg_tape_free_device_data(tg_tape *tape, const void *ptr);
+/* Appends a node built by the library itself (not through tg_record). */
+void tg_tape_push_node(tg_tape *tape, tg_node *node);
+
+/* Released activations (core/recompute.c, tg_recompute_in_backward). A marker node runs in
+ * the backward whether or not a gradient reaches it, and without the rewind after it: what
+ * it recomputes must outlive it. After each node's backward, the node's recomputed outputs
+ * are released again: nothing recorded before their producer reads them. */
+bool tg_recompute_is_marker(const tg_node *node);
+tg_status tg_recompute_run(tg_tape *tape, tg_node *marker);
+void tg_recompute_release_outputs(tg_tape *tape, tg_node *node);
 
 /* CUDA graphs' memory (core/graph.c). Tracking on records every device block handed out or
  * given back; tg_device_reserve_captured then gives the recorded blocks to `owner` (and

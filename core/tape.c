@@ -127,9 +127,20 @@ static void free_device_blocks(tg_tape *tape, const tg_device_block *keep)
 {
     while (tape->device_blocks && tape->device_blocks != keep) {
         tg_device_block *block = tape->device_blocks;
-        tg_device_free(block->device, block->ptr, block->bytes);
+        if (block->ptr) tg_device_free(block->device, block->ptr, block->bytes);
         tape->device_blocks = block->next;
     }
+}
+
+bool tg_tape_free_device_data(tg_tape *tape, const void *ptr)
+{
+    for (tg_device_block *block = tape->device_blocks; block; block = block->next) {
+        if (block->ptr != ptr) continue;
+        tg_device_free(block->device, block->ptr, block->bytes);
+        block->ptr = NULL;
+        return true;
+    }
+    return false;
 }
 
 tg_tape_mark tg_tape_get_mark(const tg_tape *tape)
@@ -258,16 +269,21 @@ tg_status tg_record(tg_tape *tape, const tg_op_record *record)
         .n_outputs = record->n_outputs,
         .outputs = outputs,
         .ctx = ctx,
-        .prev = tape->last,
     };
-    tape->last = node;
-    tape->n_nodes++;
+    tg_tape_push_node(tape, node);
     for (int j = 0; j < record->n_outputs; j++) {
         if (!outputs[j]) continue;
         outputs[j]->requires_grad = true;
         outputs[j]->producer = node;
     }
     return TG_OK;
+}
+
+void tg_tape_push_node(tg_tape *tape, tg_node *node)
+{
+    node->prev = tape->last;
+    tape->last = node;
+    tape->n_nodes++;
 }
 
 /* ---- backward ---------------------------------------------------------------------- */
@@ -303,6 +319,7 @@ static void release_output_grads(tg_node *node)
  * every gradient of the step. */
 static tg_status run_node_backward(tg_tape *tape, tg_node *node)
 {
+    if (tg_recompute_is_marker(node)) return tg_recompute_run(tape, node);
     bool any = false;
     for (int j = 0; j < node->n_outputs; j++) any = any || (node->outputs[j] && node->outputs[j]->grad);
     if (!any) return TG_OK; /* no gradient reaches this node */
@@ -326,6 +343,7 @@ static tg_status run_node_backward(tg_tape *tape, tg_node *node)
     if (status != TG_OK) return status;
     release_output_grads(node);
     tg_tape_rewind(tape, mark);
+    tg_recompute_release_outputs(tape, node);
     return TG_OK;
 }
 

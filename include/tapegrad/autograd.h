@@ -100,6 +100,24 @@ void tg_tape_rewind(tg_tape *tape, tg_tape_mark mark);
 /* Raw bytes from the tape's arena (64-byte aligned, freed by reset). */
 void *tg_tape_alloc(tg_tape *tape, size_t nbytes);
 
+/* ---- trading compute for memory ------------------------------------------------ */
+
+/* Recomputes activations in the backward instead of keeping them through the step. Call it
+ * once no later op of the forward reads `tensors` (outputs of ops on this tape, each owning
+ * its whole storage): their device memory is given back now (a CPU tensor's bytes stay in
+ * the arena, overwritten with NaN, so a read before the recompute stands out), and a node
+ * recorded here runs `fn` when the backward reaches it, that is before the backward of any
+ * op recorded earlier, the only ones that may read them. fn is called with recording off and
+ * returns, through out[i], a tensor equal to tensors[i] (same dtype, device, shape, strides;
+ * made by ops on the tape it is given, and nothing else that is large); its bytes become
+ * tensors[i]'s until the backward of the op that made tensors[i] is done, when they are
+ * given back again. ctx (ctx_size bytes, copied onto the tape) is fn's; tensors it names
+ * must outlive the backward. An op reading a released tensor fails with a message that says
+ * so. Does nothing when the tape is not recording. At most 8 tensors per call. */
+typedef tg_status (*tg_recompute_fn)(tg_tape *tape, const void *ctx, tg_tensor **out);
+tg_status tg_recompute_in_backward(tg_tape *tape, int n, tg_tensor *const *tensors, tg_recompute_fn fn,
+                                   const void *ctx, size_t ctx_size);
+
 #ifdef __cplusplus
 }
 #endif
