@@ -93,6 +93,9 @@ static tg_status resolve(const char *fn, const tg_mamba_config *config, tg_mamba
     if ((int)c.dtype < 0 || c.dtype >= TG_DTYPE_COUNT || !tg_dtype_is_float(c.dtype))
         return tg_set_error(TG_ERR_DTYPE, "%s: config dtype must be a float dtype (f32, f64, bf16 or f16), not %s", fn,
                             (int)c.dtype >= 0 && c.dtype < TG_DTYPE_COUNT ? tg_dtype_name(c.dtype) : "unknown");
+    if ((int)c.activations < TG_ACTIVATIONS_AUTO || c.activations > TG_ACTIVATIONS_KEEP)
+        return tg_set_error(TG_ERR_INVALID, "%s: config activations must be TG_ACTIVATIONS_AUTO, _RECOMPUTE or "
+                            "_KEEP (got %d)", fn, (int)c.activations);
     if (c.dt_min > c.dt_max)
         return tg_set_error(TG_ERR_INVALID, "%s: config dt_min (%g) must not exceed dt_max (%g)", fn, c.dt_min,
                             c.dt_max);
@@ -161,6 +164,7 @@ static tg_status mixer_init(const char *fn, tg_mamba_mixer *m, tg_params *params
 {
     const int64_t D = c->d_model, E = c->expand * c->d_model, N = c->d_state, K = c->d_conv, R = c->dt_rank;
     tg_mamba_mixer made = {D, E, N, K, R, c->scan_chunk};
+    made.activations = c->activations;
     tg_status status;
     tg_dtype dt = c->dtype;
     const double conv_bound = 1.0 / sqrt((double)K), dt_bound = 1.0 / sqrt((double)R);
@@ -209,6 +213,29 @@ tg_status tg_mamba_mixer_init(tg_mamba_mixer *mixer, tg_params *params, const ch
 
 /* ---- the mixer: forward ---------------------------------------------------------------------- */
 
+/* What the backward needs to make u and delta again: the conv's input and weights, and
+ * dt_low (tensors the step keeps anyway). */
+typedef struct {
+    const tg_mamba_mixer *m;
+    tg_tensor *conv_in, *conv_weight, *conv_initial, *dt_low;
+} mixer_recompute;
+
+static tg_status recompute_u_and_delta(tg_tape *tape, const void *ctx, tg_tensor **out)
+{
+    const mixer_recompute *r = ctx;
+    tg_causal_conv1d_options conv = {r->m->conv_bias, r->conv_initial, TG_ACT_SILU, NULL};
+    out[0] = tg_causal_conv1d(tape, r->conv_in, r->conv_weight, &conv);
+    out[1] = out[0] ? tg_matmul(tape, r->m->dt_proj.weight, r->dt_low, false, false) : NULL;
+    return out[1] ? TG_OK : TG_ERR_INVALID;
+}
+
+/* Whether the mixer gives u and delta back after the forward (tg_mamba_activations). */
+static bool recomputes(const tg_mamba_mixer *m, const tg_tensor *x)
+{
+    return m->activations == TG_ACTIVATIONS_RECOMPUTE ||
+           (m->activations == TG_ACTIVATIONS_AUTO && x->device != TG_DEVICE_CPU);
+}
+
 /* The mixer on x (B, L, d_model); *where names the step, for a message when a step fails.
  * final (when not NULL) receives the states; it is the caller's to publish on success. */
 static tg_tensor *mixer_run(tg_tape *tape, const tg_mamba_mixer *m, tg_tensor *x, const tg_mamba_state *initial,
@@ -245,6 +272,13 @@ static tg_tensor *mixer_run(tg_tape *tape, const tg_mamba_mixer *m, tg_tensor *x
                                       final ? &final->ssm : NULL, m->scan_chunk};
     tg_tensor *y = tg_selective_scan(tape, u, delta, A, x_dbl_parts[1], x_dbl_parts[2], &scan);
     if (!y) return NULL;
+
+    *where = "giving back u and delta until the backward";
+    mixer_recompute again = {m, xz_parts[0], conv_weight, conv.initial_states, x_dbl_parts[0]};
+    if (recomputes(m, x) &&
+        tg_recompute_in_backward(tape, 2, (tg_tensor *[]){u, delta}, recompute_u_and_delta, &again, sizeof again) !=
+            TG_OK)
+        return NULL;
 
     *where = "out_proj"; /* yᵀ (L, E) times Wᵀ (E, D) per batch: back to (B, L, D) */
     return tg_matmul(tape, y, m->out_proj.weight, true, true);

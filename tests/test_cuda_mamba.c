@@ -1,6 +1,8 @@
 /* The Mamba model on CUDA against the same model on the CPU: one seed gives bit-identical
  * parameters on both devices (the initial values are drawn and rounded on the host), and
- * one f32 forward and backward give the same logits, loss and parameter gradients. Skipped
+ * one f32 forward and backward give the same logits, loss and parameter gradients; on CUDA,
+ * recomputing u and delta in the backward gives the gradients of keeping them, bit for bit,
+ * in less memory. Skipped
  * without a GPU; the comparison is also skipped while the build has no CUDA kernel for an
  * op the model uses (the message names it). */
 #include "cuda_util.h"
@@ -81,3 +83,69 @@ static void compare(tg_dtype dtype, double limit)
 }
 
 Test(cuda_mamba, f32_forward_and_backward_match_the_cpu) { compare(TG_F32, 1e-4); }
+
+/* One step's loss, gradients (as doubles) and peak device bytes above what was in use before. */
+static double *step_on_cuda(tg_mamba *model, tg_params *params, tg_tensor *ids, tg_tensor *targets, double *loss_value,
+                            size_t *peak)
+{
+    tg_tape *tape = tg_tape_create();
+    cr_assert_eq(tg_params_zero_grad(params), TG_OK);
+    tg_memory_stats before, after;
+    cr_assert_eq(tg_memory_stats_get(TG_DEVICE_CUDA, &before), TG_OK);
+    tg_memory_reset_peak();
+    tg_tensor *loss = tg_mamba_loss(tape, model, ids, targets, -1);
+    cr_assert(loss, "%s", tg_last_error());
+    cr_assert_eq(tg_backward(tape, loss), TG_OK, "%s", tg_last_error());
+    cr_assert_eq(tg_memory_stats_get(TG_DEVICE_CUDA, &after), TG_OK);
+    *peak = after.peak_bytes_in_use - before.bytes_in_use;
+    *loss_value = tg_item(loss);
+    double *grads = malloc(sizeof(double) * (size_t)tg_params_numel(params));
+    int64_t offset = 0;
+    for (size_t i = 0; i < tg_params_count(params); i++) {
+        tg_tensor *g = tg_params_get(params, i)->grad;
+        cr_assert_eq(tg_copy_to_host(g, grads + offset, TG_F64), TG_OK);
+        offset += tg_numel(g);
+    }
+    tg_tape_free(tape);
+    return grads;
+}
+
+Test(cuda_mamba, recomputed_activations_give_the_gradients_of_kept_ones_in_less_memory)
+{
+    tt_require_cuda();
+    const tg_dtype dtypes[2] = {TG_F32, TG_BF16};
+    for (int k = 0; k < 2; k++) {
+        const uint64_t seed = tg_rng_next(tt_rng());
+        tg_params *params[2];
+        tg_mamba *models[2];
+        for (int m = 0; m < 2; m++) {
+            tg_mamba_config config = {.vocab_size = 19, .d_model = 64, .n_layer = 3, .dtype = dtypes[k],
+                                      .activations = m ? TG_ACTIVATIONS_AUTO : TG_ACTIVATIONS_KEEP};
+            models[m] = model_on(TG_DEVICE_CUDA, &config, seed, &params[m]);
+        }
+        tg_tape *data = tg_tape_create();
+        const int64_t shape[2] = {4, 512};
+        tg_tensor *ids = tg_to_device(data, tt_ids(data, 2, shape, 19), TG_DEVICE_CUDA);
+        tg_tensor *targets = tg_to_device(data, tt_ids(data, 2, shape, 19), TG_DEVICE_CUDA);
+        cr_assert(ids && targets, "%s", tg_last_error());
+        double loss[2], *grads[2];
+        size_t peak[2];
+        for (int m = 0; m < 2; m++) grads[m] = step_on_cuda(models[m], params[m], ids, targets, &loss[m], &peak[m]);
+        cr_assert(memcmp(&loss[0], &loss[1], sizeof loss[0]) == 0, "%s loss: %.17g kept, %.17g recomputed",
+                  tg_dtype_name(dtypes[k]), loss[0], loss[1]);
+        for (int64_t i = 0; i < tg_params_numel(params[0]); i++)
+            cr_assert(memcmp(&grads[0][i], &grads[1][i], sizeof(double)) == 0 && isfinite(grads[0][i]),
+                      "%s gradient element %lld: %.17g kept, %.17g recomputed", tg_dtype_name(dtypes[k]),
+                      (long long)i, grads[0][i], grads[1][i]);
+        /* u and delta: 2·B·d_inner·L elements per layer, of which all but one layer's come off */
+        const size_t saved = (size_t)2 * 4 * 128 * 512 * tg_dtype_size(dtypes[k]) * 2;
+        cr_assert(peak[1] + saved <= peak[0], "%s: peak %zu bytes recomputing, %zu keeping", tg_dtype_name(dtypes[k]),
+                  peak[1], peak[0]);
+        for (int m = 0; m < 2; m++) {
+            free(grads[m]);
+            tg_mamba_free(models[m]);
+            tg_params_free(params[m]);
+        }
+        tg_tape_free(data);
+    }
+}

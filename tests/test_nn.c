@@ -546,6 +546,42 @@ Test(mamba, backward_is_deterministic_and_every_parameter_gets_a_gradient)
     tg_params_free(params);
 }
 
+/* Giving u and delta back after the forward and recomputing them in the backward changes
+ * no bit of the loss or of any gradient (f32 and bf16). */
+Test(mamba, recomputed_activations_give_the_gradients_of_kept_ones)
+{
+    const tg_dtype dtypes[2] = {TG_F32, TG_BF16};
+    for (int k = 0; k < 2; k++) {
+        const uint64_t seed = tg_rng_next(tt_rng());
+        tg_params *params[2];
+        tg_mamba *models[2];
+        for (int m = 0; m < 2; m++) {
+            tg_mamba_config config = {.vocab_size = 11, .d_model = 16, .n_layer = 2, .scan_chunk = 4,
+                                      .dtype = dtypes[k],
+                                      .activations = m ? TG_ACTIVATIONS_RECOMPUTE : TG_ACTIVATIONS_KEEP};
+            models[m] = make_model(&config, seed, &params[m]);
+        }
+        tg_tape *data = tg_tape_create();
+        const int64_t shape[2] = {tt_randint(1, 3), tt_randint(5, 20)};
+        tg_tensor *ids = tt_ids(data, 2, shape, 11), *targets = tt_ids(data, 2, shape, 11);
+        double loss[2], *grads[2];
+        for (int m = 0; m < 2; m++) grads[m] = loss_and_grads(models[m], params[m], ids, targets, &loss[m]);
+        cr_assert(memcmp(&loss[0], &loss[1], sizeof loss[0]) == 0, "%s loss: %.17g kept, %.17g recomputed",
+                  tg_dtype_name(dtypes[k]), loss[0], loss[1]);
+        const int64_t n = tg_params_numel(params[0]);
+        for (int64_t i = 0; i < n; i++)
+            cr_assert(memcmp(&grads[0][i], &grads[1][i], sizeof(double)) == 0 && isfinite(grads[0][i]),
+                      "%s gradient element %lld: %.17g kept, %.17g recomputed", tg_dtype_name(dtypes[k]),
+                      (long long)i, grads[0][i], grads[1][i]);
+        for (int m = 0; m < 2; m++) {
+            free(grads[m]);
+            tg_mamba_free(models[m]);
+            tg_params_free(params[m]);
+        }
+        tg_tape_free(data);
+    }
+}
+
 Test(mamba, loss_at_initialisation_is_near_log_vocab)
 {
     /* The final features have unit RMS and the tied head is N(0, 0.02²), so each logit is
@@ -666,6 +702,8 @@ Test(mamba, bad_configurations_are_rejected)
     c = good, c.embedding_std = -0.02, assert_rejected(c, "embedding_std");
     c = good, c.dtype = TG_I32, assert_rejected(c, "i32");
     c = good, c.dtype = (tg_dtype)42, assert_rejected(c, "dtype");
+    c = good, c.activations = (tg_mamba_activations)3, assert_rejected(c, "activations");
+    c = good, c.activations = (tg_mamba_activations)-1, assert_rejected(c, "activations");
     c = good, c.d_model = (int64_t)1 << 40, assert_rejected(c, "too large");
 
     tg_rng rng = fresh_rng();

@@ -72,6 +72,16 @@ tg_tensor *tg_nn_rmsnorm_forward(tg_tape *tape, const tg_nn_rmsnorm *layer, tg_t
  *   out     = out_proj(y)                                   (B, L, d_model), no bias
  * docs/mamba.md lists the parameters, their initialisation and the memory a step keeps. */
 
+/* What a mixer keeps of the conv output u and of delta between the forward and the backward
+ * (docs/mamba.md, "Memory"). Recomputing them costs one conv and one small product per layer
+ * in the backward and saves 2·B·d_inner·L elements per layer; only CUDA gives the bytes back
+ * (a CPU step's activations live in the tape's arena until the reset). */
+typedef enum {
+    TG_ACTIVATIONS_AUTO,      /* recompute on CUDA, keep on the CPU */
+    TG_ACTIVATIONS_RECOMPUTE, /* recompute on every device */
+    TG_ACTIVATIONS_KEEP,      /* keep them */
+} tg_mamba_activations;
+
 /* Zero fields take the default shown; tg_mamba_config_resolve fills them in. */
 typedef struct {
     int64_t vocab_size;   /* required */
@@ -88,6 +98,7 @@ typedef struct {
     double dt_init_floor; /* and at least this; 0: 1e-4 */
     double embedding_std; /* 0: 0.02 */
     int64_t scan_chunk;   /* steps per recompute chunk of the selective scan's backward; 0: 64 */
+    tg_mamba_activations activations; /* 0: TG_ACTIVATIONS_AUTO */
 } tg_mamba_config;
 
 /* Copies config with the defaults filled in; fails (naming the field) on a value out of
@@ -105,6 +116,7 @@ typedef struct {
     tg_nn_linear x_proj;    /* "x_proj" d_inner → dt_rank + 2·d_state, no bias */
     tg_nn_linear dt_proj;   /* "dt_proj" dt_rank → d_inner; its bias is added inside the softplus */
     tg_nn_linear out_proj;  /* "out_proj" d_inner → d_model, no bias */
+    tg_mamba_activations activations; /* the config's */
 } tg_mamba_mixer;
 
 /* The recurrent state of one mixer between two pieces of a sequence. On input either
