@@ -1,5 +1,6 @@
 /* core/recompute.c: activations given back after the forward and recomputed in the backward
- * (tg_recompute_in_backward, include/tapegrad/autograd.h).
+ * (tg_recompute_in_backward, include/tapegrad/autograd.h), or given back for good
+ * (tg_give_back: tensors no backward reads).
  *
  * A release gives back a tensor's device block (a CPU tensor's bytes stay in the arena,
  * overwritten with NaN) and marks its storage released. The marker node recorded with it
@@ -94,6 +95,19 @@ tg_status tg_recompute_in_backward(tg_tape *tape, int n, tg_tensor *const *tenso
     *node = (tg_node){.op = "recompute", .backward = marker_backward, .tape = tape, .n_inputs = n,
                       .inputs = inputs, .ctx = marker};
     tg_tape_push_node(tape, node);
+    for (int i = 0; i < n; i++) release_data(tape, tensors[i]->storage);
+    return TG_OK;
+}
+
+tg_status tg_give_back(tg_tape *tape, int n, tg_tensor *const *tensors)
+{
+    const char *op = "tg_give_back";
+    if (!tg_check_tape(op, tape)) return TG_ERR_INVALID;
+    if (n < 1 || n > MAX_RECOMPUTED || !tensors)
+        return tg_set_error(TG_ERR_INVALID, "%s: needs 1 to %d tensors (got n = %d, tensors %s)", op, MAX_RECOMPUTED, n,
+                            tensors ? "given" : "NULL");
+    for (int i = 0; i < n; i++)
+        if (!releasable(op, tape, tensors, i)) return TG_ERR_INVALID;
     for (int i = 0; i < n; i++) release_data(tape, tensors[i]->storage);
     return TG_OK;
 }

@@ -229,7 +229,8 @@ static tg_status recompute_u_and_delta(tg_tape *tape, const void *ctx, tg_tensor
     return out[1] ? TG_OK : TG_ERR_INVALID;
 }
 
-/* Whether the mixer gives u and delta back after the forward (tg_mamba_activations). */
+/* Whether the mixer gives u and delta back after the forward, and the model the mixer's
+ * output once the residual add has read it (tg_mamba_activations). */
 static bool recomputes(const tg_mamba_mixer *m, const tg_tensor *x)
 {
     return m->activations == TG_ACTIVATIONS_RECOMPUTE ||
@@ -439,6 +440,9 @@ static tg_tensor *model_run(tg_tape *tape, const tg_mamba *model, tg_tensor *ids
         const tg_nn_rmsnorm *next = i + 1 < c->n_layer ? &model->layers[i + 1].norm : &model->norm_f;
         snprintf(where, where_size, "layer %lld residual and the next norm", (long long)i);
         normed = tg_add_rmsnorm(tape, h, mixed, next->weight, next->eps, &h);
+        /* the norm's backward reads the sum h, not the mixer's output */
+        if (normed && recomputes(&model->layers[i].mixer, mixed) && tg_give_back(tape, 1, &mixed) != TG_OK)
+            return NULL;
     }
     if (!normed) return NULL;
     snprintf(where, where_size, "lm_head (tied to the embedding)");

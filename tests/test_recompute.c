@@ -1,7 +1,8 @@
 /* Activations given back after the forward and recomputed in the backward
  * (tg_recompute_in_backward): the gradients equal those of a run that keeps them, bit for
  * bit; a released tensor reads as NaN and no op may read it; a second backward recomputes
- * again; bad arguments and a recompute function that returns the wrong tensor fail clearly. */
+ * again; bad arguments and a recompute function that returns the wrong tensor fail clearly.
+ * And tensors no backward reads, given back for good (tg_give_back). */
 #include "test_util.h"
 
 #include <math.h>
@@ -184,5 +185,42 @@ Test(recompute, a_tape_that_does_not_record_releases_nothing)
     cr_assert_eq(tg_recompute_in_backward(tape, 1, &h, recompute_h_and_g, &in, sizeof in), TG_OK);
     cr_assert_eq(tg_tape_node_count(tape), nodes);
     for (int64_t e = 0; e < 5; e++) cr_assert_eq(tg_get_flat(h, e), exp(tg_get_flat(x, e)));
+    tg_tape_free(tape);
+}
+
+/* The terms of a fused add-and-norm: its backward reads only the sum, so giving them back
+ * changes nothing, with recording on or off. */
+Test(recompute, giving_back_what_no_backward_reads_changes_no_gradient)
+{
+    tg_tape *tape = tg_tape_create();
+    const int64_t shape[3] = {tt_randint(1, 3), tt_randint(1, 7), tt_randint(2, 16)};
+    tg_tensor *a = tt_leaf(tape, TG_F32, 3, shape), *b = tt_leaf(tape, TG_F32, 3, shape);
+    tg_tensor *w = tt_leaf(tape, TG_F32, 1, &shape[2]);
+    tg_tensor *grads[2];
+    for (int give = 0; give < 2; give++) {
+        tg_zero_grad(a);
+        tg_zero_grad(w);
+        tg_tensor *term = tg_exp(tape, b), *sum;
+        tg_tensor *normed = tg_add_rmsnorm(tape, a, term, w, 1e-5, &sum);
+        cr_assert(normed, "%s", tg_last_error());
+        if (give) {
+            cr_assert_eq(tg_give_back(tape, 1, &term), TG_OK, "%s", tg_last_error());
+            cr_assert(all_nan(term));
+            tt_state s = tt_snapshot(tape);
+            tt_assert_failed_with(&s, tg_mul(tape, term, term), "tg_mul", "released", NULL);
+        }
+        tg_tensor *loss = tg_sum_all(tape, tg_mul(tape, normed, tg_tanh(tape, sum)));
+        cr_assert_eq(tg_backward(tape, loss), TG_OK, "%s", tg_last_error());
+        grads[give] = tt_f64_copy(tape, a->grad, false);
+    }
+    for (int64_t e = 0; e < tg_numel(a); e++)
+        cr_assert_eq(tg_get_flat(grads[0], e), tg_get_flat(grads[1], e));
+    tt_state s = tt_snapshot(tape);
+    tt_assert_status_failed(&s, tg_give_back(tape, 0, &a), "tg_give_back");
+    tt_assert_status_failed(&s, tg_give_back(tape, 1, &a), "tg_give_back");
+    tg_tape_set_grad_enabled(tape, false);
+    tg_tensor *off = tg_exp(tape, a);
+    cr_assert_eq(tg_give_back(tape, 1, &off), TG_OK, "%s", tg_last_error());
+    cr_assert(all_nan(off));
     tg_tape_free(tape);
 }

@@ -117,6 +117,12 @@ void *tg_tape_alloc(tg_tape *tape, size_t nbytes);
 typedef tg_status (*tg_recompute_fn)(tg_tape *tape, const void *ctx, tg_tensor **out);
 tg_status tg_recompute_in_backward(tg_tape *tape, int n, tg_tensor *const *tensors, tg_recompute_fn fn,
                                    const void *ctx, size_t ctx_size);
+/* Gives back, for good, activations that no later forward op and no backward reads: an op's
+ * output whose consumers' backwards read only other tensors (tg_add_rmsnorm's backward reads
+ * the sum, not its two terms). Same rules for `tensors` as above, and the same message for
+ * an op that reads one; the caller vouches for the backwards: one that reads a given-back
+ * tensor reads NaN on the CPU and no memory at all on CUDA. Works with recording on or off. */
+tg_status tg_give_back(tg_tape *tape, int n, tg_tensor *const *tensors);
 
 #ifdef __cplusplus
 }
