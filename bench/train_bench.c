@@ -3,8 +3,8 @@
  * AdamW with a warm-up + cosine schedule, the gradients zeroed, the tape reset.
  *
  *   ./train_bench [--device cpu|cuda|auto] [--sizes LIST] [--precision LIST] [--graph LIST]
- *                 [--activations auto|keep|recompute] [--steps N] [--warmup N] [--max-seconds S]
- *                 [--profile] [--csv PATH]
+ *                 [--activations auto|keep|recompute] [--scan-chunk N] [--steps N] [--warmup N]
+ *                 [--max-seconds S] [--profile] [--csv PATH]
  *
  * --sizes takes names or "layers,d_model,seq,batch,vocab[,d_state]" tuples (d_state 16 when
  * left out), separated by ';':
@@ -18,7 +18,8 @@
  * the optimizer's f32 master copy). --graph takes off and on (on: the step captured once as
  * a CUDA graph after a first step run directly, then replayed; CUDA only). --activations sets
  * what the mixers keep of u and delta for the backward (tg_mamba_activations; default auto:
- * recomputed on CUDA, kept on the CPU). The model is the
+ * recomputed on CUDA, kept on the CPU), --scan-chunk the steps between the scan states kept
+ * for the backward (default 64). The model is the
  * training programs' (expand 2, d_conv 4, tied head); the tokens are random,
  * every position scored. The batch is copied into two device tensors made once.
  *
@@ -67,6 +68,7 @@ typedef struct {
     bool graphs[2];
     int n_graphs;
     tg_mamba_activations activations;
+    int scan_chunk;
     int steps, warmup;
     double max_seconds;
     bool profile;
@@ -84,8 +86,8 @@ static int usage(const char *message)
 {
     fprintf(stderr,
             "train_bench: %s\nusage: train_bench [--device cpu|cuda|auto] [--sizes NAME|L,D,SEQ,B,V;...] "
-            "[--precision f32,bf16] [--graph off,on] [--activations auto|keep|recompute] [--steps N] [--warmup N] "
-            "[--max-seconds S] [--profile] [--csv PATH]\n",
+            "[--precision f32,bf16] [--graph off,on] [--activations auto|keep|recompute] [--scan-chunk N] "
+            "[--steps N] [--warmup N] [--max-seconds S] [--profile] [--csv PATH]\n",
             message);
     return 2;
 }
@@ -168,6 +170,11 @@ static int parse(int argc, char **argv, options *opt)
             else if (!strcmp(value, "keep")) opt->activations = TG_ACTIVATIONS_KEEP;
             else if (!strcmp(value, "recompute")) opt->activations = TG_ACTIVATIONS_RECOMPUTE;
             else code = usage("--activations is auto, keep or recompute");
+        } else if (!strcmp(flag, "--scan-chunk")) {
+            char *end;
+            long v = strtol(value, &end, 10);
+            if (*end || v < 1 || v > 1 << 20) code = usage("--scan-chunk is 1..1048576");
+            else opt->scan_chunk = (int)v;
         } else if (!strcmp(flag, "--steps") || !strcmp(flag, "--warmup")) {
             char *end;
             long v = strtol(value, &end, 10);
@@ -230,14 +237,15 @@ static bool make_batches(bench_case *c, tg_rng *rng)
 }
 
 static bool open_case(bench_case *c, tg_device device, const model_size *size, tg_dtype dtype, bool use_graph,
-                      tg_mamba_activations activations, int total_steps)
+                      const options *opt, int total_steps)
 {
     *c = (bench_case){.device = device, .size = *size, .dtype = dtype, .use_graph = use_graph};
     const int64_t shape[2] = {size->batch, size->seq};
     tg_rng rng;
     tg_rng_seed(&rng, 1);
     tg_mamba_config config = {.vocab_size = size->vocab, .d_model = size->d_model, .n_layer = size->layers,
-                              .d_state = size->d_state, .dtype = dtype, .activations = activations};
+                              .d_state = size->d_state, .dtype = dtype, .activations = opt->activations,
+                              .scan_chunk = opt->scan_chunk};
     tg_optim_config oc = tg_adamw_config(1e-3);
     oc.weight_decay = 0.1;
     oc.max_grad_norm = 1.0;
@@ -341,7 +349,7 @@ static bool run_one(const options *opt, tg_device device, const model_size *size
     bench_case c;
     case_result r;
     const int total = opt->warmup + opt->steps + 10;
-    bool ok = open_case(&c, device, size, dtype, use_graph, opt->activations, total) && run_case(opt, &c, &r);
+    bool ok = open_case(&c, device, size, dtype, use_graph, opt, total) && run_case(opt, &c, &r);
     if (!ok) {
         fprintf(stderr, "train_bench: %s %s graph %s: %s\n", size->name, tg_dtype_name(dtype), use_graph ? "on" : "off",
                 tg_last_error());
@@ -388,8 +396,8 @@ int main(int argc, char **argv)
     if (csv) fprintf(csv, "impl,size,layers,d_model,seq,batch,vocab,precision,graph,median_ms,q1_ms,q3_ms,tokens_per_s,peak_mib,steps\n");
     static const char *const activation_names[] = {"auto", "recompute", "keep"};
     printf("train_bench on %s: one training step (batch copy, forward, loss, backward, clip, AdamW), ms; "
-           "activations %s\n",
-           tg_device_name(device), activation_names[opt.activations]);
+           "activations %s, scan chunk %d\n",
+           tg_device_name(device), activation_names[opt.activations], opt.scan_chunk ? opt.scan_chunk : 64);
     printf("%-16s %-5s %-5s %10s %10s %10s %12s %10s\n", "size", "dtype", "graph", "median", "q1", "q3", "tokens/s",
            "peak MiB");
     int failures = 0;
