@@ -315,6 +315,30 @@ tg_tensor *tg_mamba_mixer_forward(tg_tape *tape, const tg_mamba_mixer *mixer, tg
 
 /* ---- the language model ----------------------------------------------------------------------- */
 
+/* A layer's RMSNorm(h), the mixer's input, made again from h in the backward: the fused
+ * add-and-norm normalises the sum as stored, so this is the forward's value bit for bit. */
+typedef struct {
+    tg_tensor *h, *weight;
+    double eps;
+} norm_recompute;
+
+static tg_status recompute_normed(tg_tape *tape, const void *ctx, tg_tensor **out)
+{
+    const norm_recompute *r = ctx;
+    out[0] = tg_rmsnorm(tape, r->h, r->weight, r->eps);
+    return out[0] ? TG_OK : TG_ERR_INVALID;
+}
+
+/* Once a mixer has run, in_proj has read its input normed = RMSNorm(h) and nothing else of
+ * the forward will: it is given back and recomputed (with u and delta, where they are). */
+static tg_status give_back_mixer_input(tg_tape *tape, const tg_mamba_mixer *m, tg_tensor *normed, tg_tensor *h,
+                                       const tg_nn_rmsnorm *norm)
+{
+    if (!recomputes(m, normed)) return TG_OK;
+    norm_recompute again = {h, norm->weight, norm->eps};
+    return tg_recompute_in_backward(tape, 1, &normed, recompute_normed, &again, sizeof again);
+}
+
 void tg_mamba_free(tg_mamba *model)
 {
     if (!model) return;
@@ -437,6 +461,9 @@ static tg_tensor *model_run(tg_tape *tape, const tg_mamba *model, tg_tensor *ids
             snprintf(where, where_size, "layer %lld mixer: %s", (long long)i, step);
             return NULL;
         }
+        snprintf(where, where_size, "layer %lld: giving back the norm's output until the backward", (long long)i);
+        if (give_back_mixer_input(tape, &model->layers[i].mixer, normed, h, &model->layers[i].norm) != TG_OK)
+            return NULL;
         const tg_nn_rmsnorm *next = i + 1 < c->n_layer ? &model->layers[i + 1].norm : &model->norm_f;
         snprintf(where, where_size, "layer %lld residual and the next norm", (long long)i);
         normed = tg_add_rmsnorm(tape, h, mixed, next->weight, next->eps, &h);

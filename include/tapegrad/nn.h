@@ -72,11 +72,12 @@ tg_tensor *tg_nn_rmsnorm_forward(tg_tape *tape, const tg_nn_rmsnorm *layer, tg_t
  *   out     = out_proj(y)                                   (B, L, d_model), no bias
  * docs/mamba.md lists the parameters, their initialisation and the memory a step keeps. */
 
-/* What a mixer keeps of the conv output u and of delta between the forward and the backward
- * (docs/mamba.md, "Memory"). Recomputing them costs one conv and one small product per layer
- * in the backward and saves 2·B·d_inner·L elements per layer; the mixer's output, which no
- * backward reads, is then given back after the residual add too (B·L·d_model). Only CUDA
- * gives the bytes back (a CPU step's activations live in the tape's arena until the reset). */
+/* What a mixer keeps of the conv output u and of delta between the forward and the backward,
+ * and the model of each mixer's input RMSNorm(h) (docs/mamba.md, "Memory"). Recomputing them
+ * costs one conv, one small product and one RMSNorm per layer in the backward and saves
+ * (2·d_inner + d_model)·B·L elements per layer; the mixer's output, which no backward reads,
+ * is then given back after the residual add too (B·L·d_model). Only CUDA gives the bytes
+ * back (a CPU step's activations live in the tape's arena until the reset). */
 typedef enum {
     TG_ACTIVATIONS_AUTO,      /* recompute on CUDA, keep on the CPU */
     TG_ACTIVATIONS_RECOMPUTE, /* recompute on every device */
