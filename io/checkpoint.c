@@ -3,9 +3,16 @@
  *
  * Saving writes a temporary file beside the target and renames it over the target only
  * once it is complete and on disk, so the target is always a whole checkpoint. Loading
- * reads the whole file into scratch memory, checks the layout (io/safetensors.c), the
- * metadata, every name, dtype and shape against the model and the CRC-32 of the data,
- * and copies into the model only when all of it passed. */
+ * reads the whole file into scratch memory, checks the CRC-32 of the whole file, the
+ * layout (io/safetensors.c), the metadata and every name, dtype and shape against the
+ * model, and copies into the model only when all of it passed.
+ *
+ * Integrity: the metadata entry "file_crc32" holds the CRC-32 of every byte of the file,
+ * computed with its own 8 hex digits read as "00000000". Any edit of one byte anywhere
+ * (the length, the header, the metadata, the data, the digits themselves) changes the CRC
+ * or the digits, and a CRC-32 catches every burst of up to 32 bits. The file stays a
+ * plain safetensors file: the record is one more metadata string. Version 1 files carry
+ * "data_crc32" (the data section only) and load as before. */
 #define _POSIX_C_SOURCE 200809L /* mkstemp, fsync, O_DIRECTORY */
 #include "io/internal.h"
 #include "io/safetensors.h"
@@ -25,7 +32,8 @@
 
 #define FORMAT_NAME "tapegrad.checkpoint"
 #define CHUNK ((size_t)1 << 20) /* bytes written (or staged from a device) at a time */
-#define CRC_KEY "\"data_crc32\":\""
+#define FILE_CRC_KEY "\"file_crc32\":\""
+#define DATA_CRC_KEY "data_crc32" /* version 1 */
 
 void (*tg_checkpoint_write_hook)(const char *temp_path, uint64_t written, uint64_t total) = NULL;
 
@@ -170,11 +178,11 @@ static bool add_metadata(cJSON *root, const tg_optim *optim, const tg_checkpoint
              (unsigned long long)s[2], (unsigned long long)s[3]);
     cJSON *m = cJSON_AddObjectToObject(root, "__metadata__");
     return m && cJSON_AddStringToObject(m, "format", FORMAT_NAME) &&
-           cJSON_AddStringToObject(m, "format_version", "1") && cJSON_AddStringToObject(m, "step", step) &&
+           cJSON_AddStringToObject(m, "format_version", "2") && cJSON_AddStringToObject(m, "step", step) &&
            cJSON_AddStringToObject(m, "rng", rng) &&
            cJSON_AddStringToObject(m, "optimizer", optim ? tg_optim_kind_name(tg_optim_get_config(optim)->kind) : "none") &&
            cJSON_AddStringToObject(m, "optimizer_step", optim_step) && cJSON_AddStringToObject(m, "config", config) &&
-           cJSON_AddStringToObject(m, "data_crc32", "00000000"); /* filled in once the data is written */
+           cJSON_AddStringToObject(m, "file_crc32", "00000000"); /* filled in once the data is written */
 }
 
 /* The header text, padded with spaces so that the data section starts at a multiple of 8;
@@ -196,12 +204,12 @@ static char *header_text(const plan *p, const tg_optim *optim, const tg_checkpoi
         text[padded] = '\0';
     }
     free(json);
-    const char *crc = text ? strstr(text, CRC_KEY) : NULL;
+    const char *crc = text ? strstr(text, FILE_CRC_KEY) : NULL;
     if (!crc) {
         free(text);
         return NULL;
     }
-    *crc_at = (size_t)(crc - text) + strlen(CRC_KEY);
+    *crc_at = (size_t)(crc - text) + strlen(FILE_CRC_KEY);
     *length = padded;
     return text;
 }
@@ -234,12 +242,9 @@ static tg_status write_all(writer *w, const void *bytes, size_t n)
 }
 
 /* Writes the tensors in data-section order (host memory directly, device memory through a
- * staging buffer), and returns the CRC of all of it in *crc. */
-static tg_status write_data(writer *w, const plan *p, uint32_t *crc)
+ * staging buffer), carrying *crc on over all of it. */
+static tg_status write_data(writer *w, const plan *p, const uint32_t table[256], uint32_t *crc)
 {
-    uint32_t table[256];
-    crc_table(table);
-    *crc = 0;
     unsigned char *stage = p->device == TG_DEVICE_CPU ? NULL : malloc(CHUNK);
     if (p->device != TG_DEVICE_CPU && !stage) return tg_set_error(TG_ERR_NOMEM, "%s: out of memory", w->op);
     tg_status status = TG_OK;
@@ -295,12 +300,16 @@ static tg_status write_atomically(writer *w, const char *header, uint64_t header
         status = io_error(w, "cannot create a temporary file beside it");
         goto done;
     }
-    uint32_t crc = 0;
+    uint32_t table[256];
+    crc_table(table);
+    /* the header as written, its CRC digits still "00000000" */
+    uint32_t crc = crc_update(table, crc_update(table, 0, (const unsigned char *)&header_length, 8),
+                              (const unsigned char *)header, (size_t)header_length);
     char crc_text[9];
     status = fchmod(w->fd, 0644) ? io_error(w, "cannot set the temporary file's mode") : TG_OK;
     if (status == TG_OK) status = write_all(w, &header_length, 8);
     if (status == TG_OK) status = write_all(w, header, (size_t)header_length);
-    if (status == TG_OK) status = write_data(w, p, &crc);
+    if (status == TG_OK) status = write_data(w, p, table, &crc);
     snprintf(crc_text, sizeof crc_text, "%08x", crc);
     if (status == TG_OK && pwrite(w->fd, crc_text, 8, (off_t)(8 + crc_at)) != 8)
         status = io_error(w, "cannot write the checksum");
@@ -350,10 +359,10 @@ tg_status tg_checkpoint_save(const char *path, tg_params *params, const tg_optim
 /* ---- loading: metadata ------------------------------------------------------------------------ */
 
 typedef struct {
-    int64_t step, optim_step;
+    int64_t step, optim_step, version;
     tg_rng rng;
     const char *config, *optimizer;
-    uint32_t crc;
+    uint32_t crc; /* of the whole file (version 2) or of the data section (version 1) */
 } meta;
 
 static bool parse_int(const char *text, int64_t *out)
@@ -380,23 +389,33 @@ static bool parse_hex(const char *text, size_t digits, uint64_t *out)
     return true;
 }
 
+/* The format and its version; *problem on failure. */
+static bool read_version(const tg_st_header *h, int64_t *v, char *problem, size_t size)
+{
+    const char *format = tg_st_metadata(h, "format");
+    if (!format || strcmp(format, FORMAT_NAME))
+        snprintf(problem, size, "it is not a tapegrad checkpoint (no metadata \"format\": \"" FORMAT_NAME "\")");
+    else if (!parse_int(tg_st_metadata(h, "format_version"), v))
+        snprintf(problem, size, "metadata \"format_version\" is missing or not a number");
+    else if (*v < 1 || *v > TG_CHECKPOINT_FORMAT_VERSION)
+        snprintf(problem, size, "format version %lld is not supported (this build reads versions 1 to %d)",
+                 (long long)*v, TG_CHECKPOINT_FORMAT_VERSION);
+    else
+        return true;
+    return false;
+}
+
 /* Reads and checks the metadata this module writes; *problem on failure. */
 static bool read_meta(const tg_st_header *h, meta *m, char *problem, size_t size)
 {
-    const char *format = tg_st_metadata(h, "format"), *version = tg_st_metadata(h, "format_version");
-    const char *rng = tg_st_metadata(h, "rng"), *crc = tg_st_metadata(h, "data_crc32");
-    int64_t v = 0;
+    if (!read_version(h, &m->version, problem, size)) return false;
+    const char *rng = tg_st_metadata(h, "rng");
+    const char *crc = tg_st_metadata(h, m->version == 1 ? DATA_CRC_KEY : "file_crc32");
     uint64_t crc_value = 0;
     m->config = tg_st_metadata(h, "config");
     m->optimizer = tg_st_metadata(h, "optimizer");
     const char *wrong = NULL;
-    if (!format || strcmp(format, FORMAT_NAME)) wrong = "it is not a tapegrad checkpoint (no metadata \"format\": \"" FORMAT_NAME "\")";
-    else if (!parse_int(version, &v)) wrong = "metadata \"format_version\" is missing or not a number";
-    else if (v != TG_CHECKPOINT_FORMAT_VERSION) {
-        snprintf(problem, size, "format version %lld is not supported (this build reads version %d)", (long long)v,
-                 TG_CHECKPOINT_FORMAT_VERSION);
-        return false;
-    } else if (!parse_int(tg_st_metadata(h, "step"), &m->step)) wrong = "metadata \"step\" is missing or not a count";
+    if (!parse_int(tg_st_metadata(h, "step"), &m->step)) wrong = "metadata \"step\" is missing or not a count";
     else if (!parse_int(tg_st_metadata(h, "optimizer_step"), &m->optim_step))
         wrong = "metadata \"optimizer_step\" is missing or not a count";
     else if (!rng || strlen(rng) != 67 || rng[16] != ' ' || rng[33] != ' ' || rng[50] != ' ' ||
@@ -405,7 +424,9 @@ static bool read_meta(const tg_st_header *h, meta *m, char *problem, size_t size
         wrong = "metadata \"rng\" is missing or not four 16-digit hex words";
     else if (!m->optimizer || (strcmp(m->optimizer, "none") && strcmp(m->optimizer, "sgd") && strcmp(m->optimizer, "adamw")))
         wrong = "metadata \"optimizer\" is missing or not one of none, sgd, adamw";
-    else if (!crc || strlen(crc) != 8 || !parse_hex(crc, 8, &crc_value)) wrong = "metadata \"data_crc32\" is missing or not 8 hex digits";
+    else if (!crc || strlen(crc) != 8 || !parse_hex(crc, 8, &crc_value))
+        wrong = m->version == 1 ? "metadata \"data_crc32\" is missing or not 8 hex digits"
+                                : "metadata \"file_crc32\" is missing or not 8 hex digits";
     else if (!m->config) wrong = "metadata \"config\" is missing";
     if (wrong) {
         snprintf(problem, size, "%s", wrong);
@@ -416,6 +437,30 @@ static bool read_meta(const tg_st_header *h, meta *m, char *problem, size_t size
     cJSON_Delete(config);
     if (!config) snprintf(problem, size, "metadata \"config\" is not valid JSON");
     return config != NULL;
+}
+
+/* Version 2: the CRC-32 of the whole file, its own digits (found as this module writes
+ * them, once, in the header) read as "00000000", against the one the file gives. */
+static bool file_crc_matches(const unsigned char *file, size_t size, uint64_t header_length, uint32_t want,
+                             char *problem, size_t n)
+{
+    const size_t key = strlen(FILE_CRC_KEY);
+    size_t at = 0;
+    int found = 0;
+    for (size_t i = 8; i + key + 8 <= 8 + header_length; i++)
+        if (!memcmp(file + i, FILE_CRC_KEY, key)) at = i + key, found++;
+    if (found != 1) {
+        snprintf(problem, n, "the header holds %d entries written as \"file_crc32\":\"…\" (one is needed)", found);
+        return false;
+    }
+    uint32_t table[256];
+    crc_table(table);
+    uint32_t crc = crc_update(table, 0, file, at);
+    crc = crc_update(table, crc, (const unsigned char *)"00000000", 8);
+    crc = crc_update(table, crc, file + at + 8, size - at - 8);
+    if (crc == want) return true;
+    snprintf(problem, n, "the file's CRC-32 is %08x but it says %08x (the file is corrupt)", crc, want);
+    return false;
 }
 
 /* ---- loading: matching the file against the model ------------------------------------------------ */
@@ -487,12 +532,16 @@ static tg_status load_fail(const char *name, const char *problem)
 }
 
 /* Everything is checked before the first byte of the model changes. */
-static tg_status load_parsed(const char *name, const tg_st_header *h, const unsigned char *data, tg_params *params,
-                             tg_optim *optim, tg_checkpoint_info *info)
+/* file: the whole file (size bytes), whose header h was parsed. */
+static tg_status load_parsed(const char *name, const tg_st_header *h, const unsigned char *file, size_t size,
+                             uint64_t header_length, tg_params *params, tg_optim *optim, tg_checkpoint_info *info)
 {
     char problem[512];
     meta m = {0};
-    if (!read_meta(h, &m, problem, sizeof problem) || !check_optimizer(&m, optim, problem, sizeof problem))
+    const unsigned char *data = file + 8 + header_length;
+    if (!read_meta(h, &m, problem, sizeof problem) ||
+        (m.version >= 2 && !file_crc_matches(file, size, header_length, m.crc, problem, sizeof problem)) ||
+        !check_optimizer(&m, optim, problem, sizeof problem))
         return load_fail(name, problem);
     plan p;
     tg_status status = plan_build("tg_checkpoint_load", params, optim, &p);
@@ -503,7 +552,8 @@ static tg_status load_parsed(const char *name, const tg_st_header *h, const unsi
     }
     uint32_t table[256];
     crc_table(table);
-    uint32_t crc = crc_update(table, 0, data, (size_t)h->data_size);
+    /* version 1: the data's own CRC-32 (version 2's covered the whole file above) */
+    uint32_t crc = m.version == 1 ? crc_update(table, 0, data, (size_t)h->data_size) : m.crc;
     char *config = info ? malloc(strlen(m.config) + 1) : NULL;
     if (crc != m.crc || (info && !config)) {
         plan_release(&p);
@@ -577,7 +627,7 @@ tg_status tg_checkpoint_load_buffer(const void *bytes, size_t size, const char *
     if (!check_length(size >= 8 ? bytes : NULL, size, &length, problem, sizeof problem) ||
         !tg_st_parse_header((const char *)bytes + 8, length, size - 8 - length, &h, problem, sizeof problem))
         return load_fail(name, problem);
-    status = load_parsed(name, &h, (const unsigned char *)bytes + 8 + length, params, optim, info);
+    status = load_parsed(name, &h, bytes, size, length, params, optim, info);
     tg_st_header_release(&h);
     return status;
 }

@@ -1,6 +1,8 @@
 /* tests/checkpoint_files.h: taking safetensors files apart and putting them together again,
  * for tests that feed the loader damaged or mismatched checkpoints. Independent of the
- * library's reader and writer: its own parsing (through cJSON) and its own CRC-32. */
+ * library's reader and writer: its own parsing (through cJSON) and its own CRC-32. Files
+ * put together again are sealed (their whole-file CRC brought up to date), so that an edit
+ * reaches the loader's other checks. */
 #ifndef TAPEGRAD_TESTS_CHECKPOINT_FILES_H
 #define TAPEGRAD_TESTS_CHECKPOINT_FILES_H
 
@@ -52,7 +54,52 @@ static inline cJSON *cf_header(cf_blob b)
     return root;
 }
 
-/* A file from a header tree (printed and padded) and a data section. */
+/* CRC-32 as zlib computes it, bit by bit. */
+static inline uint32_t cf_crc32(const unsigned char *bytes, size_t n)
+{
+    uint32_t crc = 0xffffffffu;
+    for (size_t i = 0; i < n; i++) {
+        crc ^= bytes[i];
+        for (int k = 0; k < 8; k++) crc = (crc >> 1) ^ (0xedb88320u & (0u - (crc & 1u)));
+    }
+    return ~crc;
+}
+
+/* Where the 8 hex digits of "file_crc32" lie in a file (0 when the header holds no such
+ * entry of 8 characters, or more than one). */
+static inline size_t cf_file_crc_at(cf_blob b)
+{
+    static const char key[] = "\"file_crc32\":\"";
+    const size_t k = sizeof key - 1, end = 8 + (size_t)cf_header_length(b);
+    size_t at = 0;
+    int found = 0;
+    for (size_t i = 8; i + k + 9 <= end && end <= b.size; i++)
+        if (!memcmp(b.bytes + i, key, k) && b.bytes[i + k + 8] == '"') at = i + k, found++;
+    return found == 1 ? at : 0;
+}
+
+/* The whole file's CRC-32 with its own digits read as "00000000", as the loader checks it. */
+static inline uint32_t cf_file_crc(cf_blob b, size_t at)
+{
+    unsigned char saved[8];
+    memcpy(saved, b.bytes + at, 8);
+    memset(b.bytes + at, '0', 8);
+    uint32_t crc = cf_crc32(b.bytes, b.size);
+    memcpy(b.bytes + at, saved, 8);
+    return crc;
+}
+
+/* Brings a version 2 file's "file_crc32" up to date (files without one are left as they are). */
+static inline void cf_seal(cf_blob b)
+{
+    size_t at = cf_file_crc_at(b);
+    if (!at) return;
+    char digits[9];
+    snprintf(digits, sizeof digits, "%08x", cf_file_crc(b, at));
+    memcpy(b.bytes + at, digits, 8);
+}
+
+/* A file from a header tree (printed and padded) and a data section, sealed. */
 static inline cf_blob cf_assemble(cJSON *root, const unsigned char *data, size_t data_size)
 {
     char *json = cJSON_PrintUnformatted(root);
@@ -64,6 +111,7 @@ static inline cf_blob cf_assemble(cJSON *root, const unsigned char *data, size_t
     memset(b.bytes + 8 + n, ' ', padded - n);
     if (data_size) memcpy(b.bytes + 8 + padded, data, data_size);
     free(json);
+    cf_seal(b);
     return b;
 }
 
@@ -83,17 +131,6 @@ static inline char *cf_strdup(const char *s)
     char *copy = malloc(strlen(s) + 1);
     cr_assert(copy);
     return strcpy(copy, s);
-}
-
-/* CRC-32 as zlib computes it, bit by bit. */
-static inline uint32_t cf_crc32(const unsigned char *bytes, size_t n)
-{
-    uint32_t crc = 0xffffffffu;
-    for (size_t i = 0; i < n; i++) {
-        crc ^= bytes[i];
-        for (int k = 0; k < 8; k++) crc = (crc >> 1) ^ (0xedb88320u & (0u - (crc & 1u)));
-    }
-    return ~crc;
 }
 
 /* ---- a file as a list of tensors, to add, drop or rename some and write it again ---------- */

@@ -229,19 +229,20 @@ Test(checkpoint, file_layout_read_independently)
             cr_assert_eq((int64_t)begin % (k == 0 ? 2 : 4), 0, "%s is not aligned", name);
         }
     }
-    const char *expect[][2] = {{"format", "tapegrad.checkpoint"}, {"format_version", "1"}, {"optimizer", "adamw"},
+    const char *expect[][2] = {{"format", "tapegrad.checkpoint"}, {"format_version", "2"}, {"optimizer", "adamw"},
                                {"optimizer_step", "2"}, {"config", CONFIG}};
     for (size_t k = 0; k < sizeof expect / sizeof *expect; k++)
         cr_assert_str_eq(cJSON_GetObjectItem(f.metadata, expect[k][0])->valuestring, expect[k][1], "%s", expect[k][0]);
     char step[32], rng[80], crc[16];
+    const size_t crc_at = cf_file_crc_at(file);
+    cr_assert(crc_at, "one \"file_crc32\" entry of 8 characters in the header");
     snprintf(step, sizeof step, "%lld", (long long)info.step);
     snprintf(rng, sizeof rng, "%016llx %016llx %016llx %016llx", (unsigned long long)info.rng.s[0],
              (unsigned long long)info.rng.s[1], (unsigned long long)info.rng.s[2], (unsigned long long)info.rng.s[3]);
-    size_t data_at = 8 + (size_t)cf_header_length(file);
-    snprintf(crc, sizeof crc, "%08x", cf_crc32(file.bytes + data_at, file.size - data_at));
+    snprintf(crc, sizeof crc, "%08x", cf_file_crc(file, crc_at));
     cr_assert_str_eq(cJSON_GetObjectItem(f.metadata, "step")->valuestring, step);
     cr_assert_str_eq(cJSON_GetObjectItem(f.metadata, "rng")->valuestring, rng);
-    cr_assert_str_eq(cJSON_GetObjectItem(f.metadata, "data_crc32")->valuestring, crc);
+    cr_assert_str_eq(cJSON_GetObjectItem(f.metadata, "file_crc32")->valuestring, crc);
     cf_free(&f);
     free(file.bytes);
     model_free(&a);
@@ -381,11 +382,11 @@ static void edit_fractional_shape(cJSON *root)
 static void edit_duplicate(cJSON *root) { cJSON_AddItemToObject(root, HEAD, cJSON_Duplicate(entry_of(root, HEAD), true)); }
 static void edit_metadata_number(cJSON *root) { cJSON_ReplaceItemInObject(entry_of(root, "__metadata__"), "step", cJSON_CreateNumber(3)); }
 static void edit_no_format(cJSON *root) { cJSON_DeleteItemFromObject(entry_of(root, "__metadata__"), "format"); }
-static void edit_version(cJSON *root) { set_string(entry_of(root, "__metadata__"), "format_version", "2"); }
+static void edit_version(cJSON *root) { set_string(entry_of(root, "__metadata__"), "format_version", "3"); }
 static void edit_rng(cJSON *root) { set_string(entry_of(root, "__metadata__"), "rng", "0123 4567"); }
 static void edit_config(cJSON *root) { set_string(entry_of(root, "__metadata__"), "config", "{\"lr\": "); }
 static void edit_step(cJSON *root) { set_string(entry_of(root, "__metadata__"), "step", "-5"); }
-static void edit_crc_text(cJSON *root) { set_string(entry_of(root, "__metadata__"), "data_crc32", "xyz"); }
+static void edit_crc_text(cJSON *root) { set_string(entry_of(root, "__metadata__"), "file_crc32", "xyz"); }
 static void edit_entry_kind(cJSON *root) { cJSON_ReplaceItemInObject(root, HEAD, cJSON_CreateNumber(1)); }
 
 typedef struct {
@@ -479,11 +480,11 @@ static int bad_cases(cf_blob good, bad_case *cases)
     cases[n++] = (bad_case){"duplicate name", cf_edit_header(good, edit_duplicate), {HEAD, "more than once"}};
     cases[n++] = (bad_case){"metadata number", cf_edit_header(good, edit_metadata_number), {"step", "not a string"}};
     cases[n++] = (bad_case){"no format", cf_edit_header(good, edit_no_format), {"not a tapegrad checkpoint"}};
-    cases[n++] = (bad_case){"newer version", cf_edit_header(good, edit_version), {"version 2"}};
+    cases[n++] = (bad_case){"newer version", cf_edit_header(good, edit_version), {"version 3"}};
     cases[n++] = (bad_case){"bad rng", cf_edit_header(good, edit_rng), {"rng"}};
     cases[n++] = (bad_case){"bad config", cf_edit_header(good, edit_config), {"config", "JSON"}};
     cases[n++] = (bad_case){"negative step", cf_edit_header(good, edit_step), {"step"}};
-    cases[n++] = (bad_case){"bad checksum text", cf_edit_header(good, edit_crc_text), {"data_crc32"}};
+    cases[n++] = (bad_case){"bad checksum text", cf_edit_header(good, edit_crc_text), {"file_crc32"}};
     cf_blob flipped = copy_of(good, good.size);
     flipped.bytes[8 + header + (size_t)tt_randint(0, (int64_t)data - 1)] ^= (unsigned char)(1u << tt_randint(0, 7));
     cases[n++] = (bad_case){"a flipped bit", flipped, {"CRC-32", "corrupt"}};
@@ -494,6 +495,76 @@ static int bad_cases(cf_blob good, bad_case *cases)
     cases[n++] = (bad_case){"extra state", with_copy(good, "optim.exp_avg." HEAD, "optim.velocity." HEAD),
                             {"optim.velocity." HEAD, "optimizer's state"}};
     return n;
+}
+
+/* Any one byte of the file changed (every byte of the length and the header, with the
+ * metadata and the CRC's own digits, and bytes all over the data) makes the loader refuse
+ * the file: the CRC-32 covers the whole of it. */
+Test(checkpoint, any_one_byte_changed_anywhere_is_refused)
+{
+    scratch s = scratch_new();
+    model saved = model_new(TG_F32, tg_adamw_config(0.01), 2), target = model_new(TG_F32, tg_adamw_config(0.01), 3);
+    tg_checkpoint_info info = {.step = 41, .rng = {{1, 2, 3, 4}}, .config = (char *)"{\"lr\": 0.01}"};
+    cr_assert_eq(tg_checkpoint_save(s.path, saved.params, saved.optim, &info), TG_OK, "%s", tg_last_error());
+    cf_blob good = cf_read(s.path);
+    const size_t header_end = 8 + (size_t)cf_header_length(good);
+    snapshot before = snapshot_take(&target);
+    size_t positions = 0;
+    for (size_t k = 0; k < header_end + 400; k++, positions++) {
+        const size_t at = k < header_end ? k : (size_t)tt_randint((int64_t)header_end, (int64_t)good.size - 1);
+        const unsigned char was = good.bytes[at];
+        good.bytes[at] ^= (unsigned char)tt_randint(1, 255);
+        tg_status status = tg_checkpoint_load_buffer(good.bytes, good.size, "edited", target.params, target.optim, NULL);
+        good.bytes[at] = was;
+        cr_assert_eq(status, TG_ERR_INVALID, "byte %zu of %zu changed: loaded (status %d)", at, good.size, status);
+        cr_assert(strstr(tg_last_error(), "nothing was changed"), "byte %zu: %s", at, tg_last_error());
+    }
+    snapshot now = snapshot_take(&target);
+    cr_assert(memcmp(now.bytes, before.bytes, before.size) == 0, "a refused file changed the model");
+    cr_log_info("%zu one-byte edits refused", positions);
+    cr_assert_eq(tg_checkpoint_load_buffer(good.bytes, good.size, "good", target.params, target.optim, NULL), TG_OK,
+                 "%s", tg_last_error());
+    assert_same_model("the good file", &saved, &target);
+    free(now.bytes), free(before.bytes), free(good.bytes);
+    model_free(&saved), model_free(&target);
+    scratch_remove(&s);
+}
+
+/* A version 1 file (its CRC-32 over the data only, as the first format wrote it) still
+ * loads, and its data is still checked. */
+Test(checkpoint, version_1_files_still_load)
+{
+    scratch s = scratch_new();
+    model saved = model_new(TG_F32, tg_adamw_config(0.01), 2), target = model_new(TG_F32, tg_adamw_config(0.01), 3);
+    cr_assert_eq(tg_checkpoint_save(s.path, saved.params, saved.optim, NULL), TG_OK, "%s", tg_last_error());
+    cf_blob good = cf_read(s.path);
+    cf_file f = cf_split(good);
+    cJSON_ReplaceItemInObject(f.metadata, "format_version", cJSON_CreateString("1"));
+    cJSON_DeleteItemFromObject(f.metadata, "file_crc32");
+    cJSON_AddStringToObject(f.metadata, "data_crc32", "00000000"); /* cf_join computes it */
+    cf_blob old = cf_join(&f);
+    cf_free(&f);
+    cr_assert_eq(cf_file_crc_at(old), 0, "no whole-file CRC in a version 1 file");
+    snapshot before = snapshot_take(&target);
+    old.bytes[old.size - 1 - (size_t)tt_randint(0, 63)] ^= 0x10;
+    cr_assert_eq(tg_checkpoint_load_buffer(old.bytes, old.size, "v1", target.params, target.optim, NULL),
+                 TG_ERR_INVALID);
+    cr_assert(strstr(tg_last_error(), "data's CRC-32"), "%s", tg_last_error());
+    snapshot now = snapshot_take(&target);
+    cr_assert(memcmp(now.bytes, before.bytes, before.size) == 0, "a refused file changed the model");
+    free(old.bytes);
+    f = cf_split(good);
+    cJSON_ReplaceItemInObject(f.metadata, "format_version", cJSON_CreateString("1"));
+    cJSON_DeleteItemFromObject(f.metadata, "file_crc32");
+    cJSON_AddStringToObject(f.metadata, "data_crc32", "00000000");
+    old = cf_join(&f);
+    cf_free(&f);
+    cr_assert_eq(tg_checkpoint_load_buffer(old.bytes, old.size, "v1", target.params, target.optim, NULL), TG_OK, "%s",
+                 tg_last_error());
+    assert_same_model("the version 1 file", &saved, &target);
+    free(now.bytes), free(before.bytes), free(old.bytes), free(good.bytes);
+    model_free(&saved), model_free(&target);
+    scratch_remove(&s);
 }
 
 Test(checkpoint, bad_files_are_refused_and_change_nothing)

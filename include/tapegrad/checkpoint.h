@@ -3,7 +3,7 @@
  * A checkpoint holds the parameters (tensors named like them), the optimizer's state
  * ("optim.exp_avg.<name>", "optim.exp_avg_sq.<name>", "optim.momentum.<name>",
  * "optim.master.<name>"), and in "__metadata__" the training step, the optimizer's step,
- * a generator's state, a JSON config text, a format version and a CRC-32 of the data.
+ * a generator's state, a JSON config text, a format version and a CRC-32 of the whole file.
  * Python's `safetensors` reads it as is. docs/training.md describes the format.
  *
  * Saving is atomic: the file is written under a temporary name in the target's directory,
@@ -24,7 +24,9 @@
 extern "C" {
 #endif
 
-#define TG_CHECKPOINT_FORMAT_VERSION 1
+/* Version 2 files carry a CRC-32 of the whole file; version 1 files (a CRC of the data
+ * only) still load. */
+#define TG_CHECKPOINT_FORMAT_VERSION 2
 
 typedef struct {
     int64_t step; /* the training step to resume at (the caller's counter) */

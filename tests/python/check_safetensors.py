@@ -6,7 +6,8 @@ Usage: check_safetensors.py WRITE_CHECKPOINT WORK_DIR
 1. The C program writes f32, f64 and bf16 checkpoints (AdamW, momentum SGD, AdamW with
    master weights) and, beside each, a JSON list of what the file must hold.
 2. safetensors (numpy) reads each: the names, dtypes, shapes and values must be exactly
-   those, the metadata too, and the data's CRC-32 must be zlib's.
+   those, the metadata too, and the file's CRC-32 (file_crc32: the whole file with those
+   8 digits read as zeros) must be zlib's.
 3. Python writes a checkpoint of its own with safetensors.numpy.save_file (its own
    layout: other order, other padding); the C program loads it and saves it again, and
    the result must hold the same tensors and metadata.
@@ -39,6 +40,18 @@ def data_section(path):
     return json.loads(raw[8 : 8 + length]), raw[8 + length :]
 
 
+CRC_KEY = b'"file_crc32":"'
+
+
+def file_crc(raw):
+    """zlib's CRC-32 of the whole file with the 8 digits of file_crc32 read as zeros, and where they are."""
+    (length,) = struct.unpack("<Q", raw[:8])
+    at = raw.find(CRC_KEY, 8, 8 + length)
+    assert at > 0 and raw.find(CRC_KEY, at + 1, 8 + length) < 0, "one file_crc32 entry in the header"
+    at += len(CRC_KEY)
+    return zlib.crc32(raw[:at] + b"00000000" + raw[at + 8 :]), at
+
+
 def bf16_values(header, data, name):
     """safetensors has no numpy dtype for bf16: widen the raw 16-bit words by hand."""
     begin, end = header[name]["data_offsets"]
@@ -67,8 +80,9 @@ def check_file(path, reference):
             assert np.array_equal(values.astype(np.float64), expected), f"{path}: {name}: values differ"
     for key, value in reference["metadata"].items():
         assert metadata.get(key) == value, f"{path}: metadata {key} is {metadata.get(key)!r}, expected {value!r}"
-    crc = f"{zlib.crc32(data):08x}"
-    assert metadata["data_crc32"] == crc, f"{path}: data_crc32 {metadata['data_crc32']}, zlib says {crc}"
+    with open(path, "rb") as f:
+        crc = f"{file_crc(f.read())[0]:08x}"
+    assert metadata["file_crc32"] == crc, f"{path}: file_crc32 {metadata['file_crc32']}, zlib says {crc}"
     if "BF16" not in {e["dtype"] for e in want.values()}:
         loaded = load_file(path)  # the one-call reader too
         assert set(loaded) == set(want)
@@ -81,12 +95,15 @@ def python_written_round_trip(tool, work, reference):
         name: np.array(entry["values"], dtype=NUMPY_DTYPES[entry["dtype"]]).reshape(entry["shape"])
         for name, entry in reference["tensors"].items()
     }
-    metadata = dict(reference["metadata"], data_crc32="00000000")
+    metadata = dict(reference["metadata"], file_crc32="00000000")
     path = os.path.join(work, "from_python.safetensors")
-    save_file(tensors, path, metadata=metadata)  # to learn the data section's layout
-    _, data = data_section(path)
-    metadata["data_crc32"] = f"{zlib.crc32(data):08x}"
     save_file(tensors, path, metadata=metadata)
+    with open(path, "rb") as f:  # the CRC goes into the digits' place, the file's length unchanged
+        raw = bytearray(f.read())
+    crc, at = file_crc(bytes(raw))
+    raw[at : at + 8] = f"{crc:08x}".encode()
+    with open(path, "wb") as f:
+        f.write(raw)
     again = os.path.join(work, "resaved.safetensors")
     subprocess.run([tool, "resave", path, again], check=True)
     return check_file(again, reference)

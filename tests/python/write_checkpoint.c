@@ -114,7 +114,7 @@ static int write_reference(const char *path, tg_params *params, const tg_optim *
         }
     cJSON *metadata = cJSON_AddObjectToObject(root, "metadata");
     cJSON_AddStringToObject(metadata, "format", "tapegrad.checkpoint");
-    cJSON_AddStringToObject(metadata, "format_version", "1");
+    cJSON_AddStringToObject(metadata, "format_version", "2");
     add_text(metadata, "step", "%lld", (long long)info->step);
     add_text(metadata, "rng", "%016llx %016llx %016llx %016llx", (unsigned long long)info->rng.s[0],
              (unsigned long long)info->rng.s[1], (unsigned long long)info->rng.s[2], (unsigned long long)info->rng.s[3]);
