@@ -34,6 +34,9 @@
 #define CHUNK ((size_t)1 << 20) /* bytes written (or staged from a device) at a time */
 #define FILE_CRC_KEY "\"file_crc32\":\""
 #define DATA_CRC_KEY "data_crc32" /* version 1 */
+/* Step counts past 2^53 are not exact in the double maths of the schedule and the bias
+ * correction; no run takes that many, so a file that says so is damaged. */
+#define MAX_STEP ((int64_t)1 << 53)
 
 void (*tg_checkpoint_write_hook)(const char *temp_path, uint64_t written, uint64_t total) = NULL;
 
@@ -416,8 +419,11 @@ static bool read_meta(const tg_st_header *h, meta *m, char *problem, size_t size
     m->optimizer = tg_st_metadata(h, "optimizer");
     const char *wrong = NULL;
     if (!parse_int(tg_st_metadata(h, "step"), &m->step)) wrong = "metadata \"step\" is missing or not a count";
+    else if (m->step > MAX_STEP) wrong = "metadata \"step\" is beyond 2^53 (no run takes that many steps)";
     else if (!parse_int(tg_st_metadata(h, "optimizer_step"), &m->optim_step))
         wrong = "metadata \"optimizer_step\" is missing or not a count";
+    else if (m->optim_step > MAX_STEP)
+        wrong = "metadata \"optimizer_step\" is beyond 2^53 (no run takes that many steps)";
     else if (!rng || strlen(rng) != 67 || rng[16] != ' ' || rng[33] != ' ' || rng[50] != ' ' ||
              !parse_hex(rng, 16, &m->rng.s[0]) || !parse_hex(rng + 17, 16, &m->rng.s[1]) ||
              !parse_hex(rng + 34, 16, &m->rng.s[2]) || !parse_hex(rng + 51, 16, &m->rng.s[3]))

@@ -386,6 +386,11 @@ static void edit_version(cJSON *root) { set_string(entry_of(root, "__metadata__"
 static void edit_rng(cJSON *root) { set_string(entry_of(root, "__metadata__"), "rng", "0123 4567"); }
 static void edit_config(cJSON *root) { set_string(entry_of(root, "__metadata__"), "config", "{\"lr\": "); }
 static void edit_step(cJSON *root) { set_string(entry_of(root, "__metadata__"), "step", "-5"); }
+static void edit_huge_step(cJSON *root) { set_string(entry_of(root, "__metadata__"), "step", "9007199254740993"); }
+static void edit_huge_optim_step(cJSON *root)
+{
+    set_string(entry_of(root, "__metadata__"), "optimizer_step", "9223372036854775807");
+}
 static void edit_crc_text(cJSON *root) { set_string(entry_of(root, "__metadata__"), "file_crc32", "xyz"); }
 static void edit_entry_kind(cJSON *root) { cJSON_ReplaceItemInObject(root, HEAD, cJSON_CreateNumber(1)); }
 
@@ -484,6 +489,8 @@ static int bad_cases(cf_blob good, bad_case *cases)
     cases[n++] = (bad_case){"bad rng", cf_edit_header(good, edit_rng), {"rng"}};
     cases[n++] = (bad_case){"bad config", cf_edit_header(good, edit_config), {"config", "JSON"}};
     cases[n++] = (bad_case){"negative step", cf_edit_header(good, edit_step), {"step"}};
+    cases[n++] = (bad_case){"huge step", cf_edit_header(good, edit_huge_step), {"\"step\"", "2^53"}};
+    cases[n++] = (bad_case){"huge optimizer step", cf_edit_header(good, edit_huge_optim_step), {"optimizer_step", "2^53"}};
     cases[n++] = (bad_case){"bad checksum text", cf_edit_header(good, edit_crc_text), {"file_crc32"}};
     cf_blob flipped = copy_of(good, good.size);
     flipped.bytes[8 + header + (size_t)tt_randint(0, (int64_t)data - 1)] ^= (unsigned char)(1u << tt_randint(0, 7));
