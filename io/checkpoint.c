@@ -141,10 +141,15 @@ static tg_status check_params(const char *op, const char *path, tg_params *param
 {
     if (!path || !params) return tg_set_error(TG_ERR_INVALID, "%s: path and params must not be NULL", op);
     if (tg_params_count(params) == 0) return tg_set_error(TG_ERR_INVALID, "%s: %s: the store has no parameters", op, path);
-    for (size_t i = 0; i < tg_params_count(params); i++)
-        if (!strncmp(tg_params_get(params, i)->name, "optim.", 6))
+    for (size_t i = 0; i < tg_params_count(params); i++) {
+        const char *name = tg_params_get(params, i)->name, *wrong = tg_st_name_problem(name);
+        if (!strncmp(name, "optim.", 6))
             return tg_set_error(TG_ERR_INVALID, "%s: %s: parameter '%s': names starting with 'optim.' are kept for optimizer state",
-                                op, path, tg_params_get(params, i)->name);
+                                op, path, name);
+        if (wrong)
+            return tg_set_error(TG_ERR_INVALID, "%s: %s: parameter name '%s' %s, so no checkpoint can hold it", op, path,
+                                name, wrong);
+    }
     if (optim && tg_optim_params(optim) != params)
         return tg_set_error(TG_ERR_INVALID, "%s: %s: the optimizer belongs to another parameter store", op, path);
     return !optim || tg_optim_matches_store(op, optim) ? TG_OK : TG_ERR_STATE;

@@ -44,6 +44,39 @@ static bool as_count(const cJSON *item, uint64_t *out)
     return true;
 }
 
+const char *tg_st_name_problem(const char *name)
+{
+    if (!strcmp(name, "__metadata__")) return "is the name safetensors keeps for the metadata";
+    const unsigned char *c = (const unsigned char *)name;
+    while (*c) {
+        /* one UTF-8 sequence: its length from the lead byte, then continuation bytes */
+        const int more = *c < 0x80 ? 0 : (*c & 0xe0) == 0xc0 && *c >= 0xc2 ? 1 : (*c & 0xf0) == 0xe0 ? 2
+                         : (*c & 0xf8) == 0xf0 && *c <= 0xf4 ? 3 : -1;
+        if (more < 0) return "is not valid UTF-8";
+        if (*c < 0x20) return "holds a control character";
+        for (int k = 1; k <= more; k++)
+            if ((c[k] & 0xc0) != 0x80) return "is not valid UTF-8";
+        c += more + 1;
+    }
+    return NULL;
+}
+
+/* Whether the JSON text holds the escape \u0000 (a backslash that is not itself escaped,
+ * then u0000): cJSON would cut the string there, so "a\u0000b" would read as "a". */
+static bool has_escaped_nul(const char *json, uint64_t length)
+{
+    size_t backslashes = 0;
+    for (uint64_t i = 0; i < length; i++) {
+        if (json[i] == '\\') {
+            backslashes++;
+            continue;
+        }
+        if (backslashes % 2 == 1 && json[i] == 'u' && i + 4 < length && !memcmp(json + i + 1, "0000", 4)) return true;
+        backslashes = 0;
+    }
+    return false;
+}
+
 #define FAIL(...)                                        \
     do {                                                 \
         snprintf(problem, problem_size, __VA_ARGS__);    \
@@ -54,6 +87,8 @@ static bool as_count(const cJSON *item, uint64_t *out)
 static bool parse_tensor(const cJSON *entry, uint64_t data_size, tg_st_tensor *t, char *problem, size_t problem_size)
 {
     t->name = entry->string;
+    const char *wrong = tg_st_name_problem(t->name);
+    if (wrong) FAIL("tensor name '%s' %s", t->name, wrong);
     if (!cJSON_IsObject(entry)) FAIL("tensor '%s' is not a JSON object", t->name);
     const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(entry, "dtype");
     const cJSON *shape = cJSON_GetObjectItemCaseSensitive(entry, "shape");
@@ -159,6 +194,7 @@ bool tg_st_parse_header(const char *json, uint64_t length, uint64_t data_size, t
 {
     *h = (tg_st_header){.data_size = data_size};
     if (length == 0 || json[0] != '{') FAIL("the header does not start with '{'");
+    if (has_escaped_nul(json, length)) FAIL("the header holds an escaped NUL character (\\u0000), which no name or value may hold");
     const char *end = NULL;
     h->root = cJSON_ParseWithLengthOpts(json, (size_t)length, &end, false);
     if (!h->root) {

@@ -49,6 +49,10 @@ const char *tg_st_metadata(const tg_st_header *header, const char *key);
 
 /* The safetensors name of a dtype ("F32", "BF16"...). */
 const char *tg_st_dtype_name(tg_dtype dtype);
+/* Why a tensor name cannot go into a file (NULL when it can): "__metadata__", invalid
+ * UTF-8 (other readers refuse the file) or a control character. Saving and loading apply
+ * the same rule, so a file that saves is one that loads. */
+const char *tg_st_name_problem(const char *name);
 
 #ifdef __cplusplus
 }

@@ -574,6 +574,86 @@ Test(checkpoint, version_1_files_still_load)
     scratch_remove(&s);
 }
 
+/* A name no file can hold ("__metadata__", a control character, bytes that are not UTF-8)
+ * is refused by the save before anything is written: the good checkpoint at the path
+ * stays, and no temporary file is left. */
+Test(checkpoint, a_name_no_file_can_hold_is_refused_before_writing)
+{
+    scratch s = scratch_new();
+    model saved = model_new(TG_F32, tg_adamw_config(0.01), 2);
+    cr_assert_eq(tg_checkpoint_save(s.path, saved.params, saved.optim, NULL), TG_OK, "%s", tg_last_error());
+    cf_blob good = cf_read(s.path);
+    const char *names[][2] = {{"__metadata__", "metadata"}, {"a\x01" "b", "control character"},
+                              {"caf\xe9", "UTF-8"}, {"\xc3", "UTF-8"}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        tg_params *params = tg_params_create(TG_DEVICE_CPU);
+        cr_assert(tg_params_add(params, "fine", TG_F32, 1, (int64_t[]){4}), "%s", tg_last_error());
+        cr_assert(tg_params_add(params, names[i][0], TG_F32, 1, (int64_t[]){3}), "%s", tg_last_error());
+        cr_assert_eq(tg_checkpoint_save(s.path, params, NULL, NULL), TG_ERR_INVALID, "name %zu saved", i);
+        cr_assert(strstr(tg_last_error(), "tg_checkpoint_save") && strstr(tg_last_error(), names[i][1]), "%s",
+                  tg_last_error());
+        tg_params_free(params);
+    }
+    cf_blob after = cf_read(s.path);
+    cr_assert(after.size == good.size && memcmp(after.bytes, good.bytes, good.size) == 0, "the good file was replaced");
+    cr_assert_eq(count_files(&s, ".model.safetensors.tmp."), 0, "a temporary file was left");
+    free(after.bytes), free(good.bytes);
+    model_free(&saved);
+    scratch_remove(&s);
+}
+
+/* The header text with `from` replaced by `to` once, padded and sealed again. */
+static cf_blob with_header_text_replaced(cf_blob b, const char *from, const char *to)
+{
+    const size_t length = (size_t)cf_header_length(b);
+    char *text = malloc(length + strlen(to) + 1);
+    memcpy(text, b.bytes + 8, length);
+    text[length] = '\0';
+    char *at = strstr(text, from);
+    cr_assert(at, "no '%s' in the header", from);
+    memmove(at + strlen(to), at + strlen(from), strlen(at + strlen(from)) + 1);
+    memcpy(at, to, strlen(to));
+    size_t n = strlen(text);
+    while (n && text[n - 1] == ' ') n--;
+    const size_t padded = (n + 7) / 8 * 8, data = b.size - 8 - length;
+    cf_blob out = {malloc(8 + padded + data + 1), 8 + padded + data};
+    const uint64_t new_length = padded;
+    memcpy(out.bytes, &new_length, 8);
+    memcpy(out.bytes + 8, text, n);
+    memset(out.bytes + 8 + n, ' ', padded - n);
+    memcpy(out.bytes + 8 + padded, b.bytes + 8 + length, data);
+    free(text);
+    cf_seal(out);
+    return out;
+}
+
+/* Names in a file that no save could have written: an escaped NUL (which would read as a
+ * shorter name, aliasing a real parameter) and bytes that are not UTF-8. */
+Test(checkpoint, names_no_save_could_write_are_refused_on_load)
+{
+    scratch s = scratch_new();
+    model saved = model_new(TG_F32, tg_adamw_config(0.01), 2), target = model_new(TG_F32, tg_adamw_config(0.01), 3);
+    cr_assert_eq(tg_checkpoint_save(s.path, saved.params, saved.optim, NULL), TG_OK, "%s", tg_last_error());
+    cf_blob good = cf_read(s.path);
+    const char *edits[][3] = {{"\"" HEAD "\"", "\"" HEAD "\\u0000x\"", "\\u0000"},
+                              {"\"" HEAD "\"", "\"lm_head\xff\"", "UTF-8"},
+                              {"\"" HEAD "\"", "\"lm_head\\u0001\"", "control character"}};
+    snapshot before = snapshot_take(&target);
+    for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
+        cf_blob bad = with_header_text_replaced(good, edits[i][0], edits[i][1]);
+        cr_assert_eq(tg_checkpoint_load_buffer(bad.bytes, bad.size, "bad", target.params, target.optim, NULL),
+                     TG_ERR_INVALID, "edit %zu loaded", i);
+        cr_assert(strstr(tg_last_error(), edits[i][2]) && strstr(tg_last_error(), "nothing was changed"), "%s",
+                  tg_last_error());
+        free(bad.bytes);
+    }
+    snapshot now = snapshot_take(&target);
+    cr_assert(memcmp(now.bytes, before.bytes, before.size) == 0, "a refused file changed the model");
+    free(now.bytes), free(before.bytes), free(good.bytes);
+    model_free(&saved), model_free(&target);
+    scratch_remove(&s);
+}
+
 Test(checkpoint, bad_files_are_refused_and_change_nothing)
 {
     scratch s = scratch_new();
