@@ -18,12 +18,14 @@
 #include "io/safetensors.h"
 #include "optim/internal.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -277,32 +279,66 @@ static tg_status write_data(writer *w, const plan *p, const uint32_t table[256],
     return status;
 }
 
-/* "<dir>/.<base>.tmp.XXXXXX" beside path; *dir gets the directory ("." for a bare name). */
-static char *temp_name(const char *path, char **dir)
+/* A temporary file's name is ".<base>.tmp.XXXXXX" beside the target, with base cut to
+ * TEMP_BASE_MAX bytes so that a long name (up to the 255 bytes a file name may have) still
+ * leaves room for the rest. Saves killed before their rename leave such files; a later
+ * save of the same target removes those not written to for STALE_SECONDS (a live save's
+ * file is written to all along). */
+#define TEMP_BASE_MAX 200
+#define TEMP_SUFFIX ".tmp.XXXXXX"
+#define STALE_SECONDS 3600
+
+/* "<dir>/.<base>.tmp.XXXXXX" beside path; *dir gets the directory ("." for a bare name) and
+ * *prefix the name's start, ".<base>.tmp.". */
+static char *temp_name(const char *path, char **dir, char **prefix)
 {
     const char *slash = strrchr(path, '/');
     const char *base = slash ? slash + 1 : path;
     size_t dir_length = slash ? (size_t)(slash - path) + (slash == path) : 1;
-    char *name = malloc(dir_length + strlen(base) + 16);
+    const int base_length = strlen(base) > TEMP_BASE_MAX ? TEMP_BASE_MAX : (int)strlen(base);
+    const size_t size = dir_length + (size_t)base_length + sizeof TEMP_SUFFIX + 2;
+    char *name = malloc(size);
     *dir = malloc(dir_length + 1);
-    if (!name || !*dir) {
+    *prefix = malloc((size_t)base_length + sizeof TEMP_SUFFIX + 1);
+    if (!name || !*dir || !*prefix) {
         free(name);
         free(*dir);
-        *dir = NULL;
+        free(*prefix);
+        *dir = *prefix = NULL;
         return NULL;
     }
     memcpy(*dir, slash ? path : ".", dir_length);
     (*dir)[dir_length] = '\0';
-    snprintf(name, dir_length + strlen(base) + 16, "%s/.%s.tmp.XXXXXX", *dir, base);
+    snprintf(name, size, "%s/.%.*s" TEMP_SUFFIX, *dir, base_length, base);
+    snprintf(*prefix, (size_t)base_length + sizeof TEMP_SUFFIX + 1, ".%.*s.tmp.", base_length, base);
     return name;
+}
+
+/* Removes the regular files in dir named prefix + 6 characters (mkstemp's) that nothing
+ * has written to for STALE_SECONDS: the leftovers of killed saves of the same target. */
+static void remove_stale_temps(const char *dir, const char *prefix)
+{
+    DIR *d = opendir(dir);
+    if (!d) return;
+    const size_t n = strlen(prefix), path_size = strlen(dir) + n + 8;
+    char *path = malloc(path_size);
+    const time_t now = time(NULL);
+    for (struct dirent *e; path && (e = readdir(d));) {
+        if (strncmp(e->d_name, prefix, n) || strlen(e->d_name) != n + 6) continue;
+        snprintf(path, path_size, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (!lstat(path, &st) && S_ISREG(st.st_mode) && now - st.st_mtime > STALE_SECONDS) unlink(path);
+    }
+    free(path);
+    closedir(d);
 }
 
 /* Writes the whole file under a temporary name, flushes it, renames it over path and
  * flushes the directory (so that the rename itself survives a crash). */
 static tg_status write_atomically(writer *w, const char *header, uint64_t header_length, size_t crc_at, const plan *p)
 {
-    char *dir = NULL;
-    if (!(w->temp = temp_name(w->path, &dir))) return tg_set_error(TG_ERR_NOMEM, "%s: out of memory", w->op);
+    char *dir = NULL, *prefix = NULL;
+    if (!(w->temp = temp_name(w->path, &dir, &prefix))) return tg_set_error(TG_ERR_NOMEM, "%s: out of memory", w->op);
     tg_status status = TG_OK;
     if ((w->fd = mkstemp(w->temp)) < 0) {
         status = io_error(w, "cannot create a temporary file beside it");
@@ -331,8 +367,10 @@ static tg_status write_atomically(writer *w, const char *header, uint64_t header
     int dir_fd = open(dir, O_RDONLY | O_DIRECTORY);
     if (dir_fd < 0 || fsync(dir_fd)) status = io_error(w, "saved, but cannot flush its directory to disk");
     if (dir_fd >= 0) close(dir_fd);
+    remove_stale_temps(dir, prefix);
 done:
     free(dir);
+    free(prefix);
     free(w->temp);
     return status;
 }

@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -651,6 +652,57 @@ Test(checkpoint, names_no_save_could_write_are_refused_on_load)
     cr_assert(memcmp(now.bytes, before.bytes, before.size) == 0, "a refused file changed the model");
     free(now.bytes), free(before.bytes), free(good.bytes);
     model_free(&saved), model_free(&target);
+    scratch_remove(&s);
+}
+
+/* A file name of 250 bytes (the temporary name beside it must still fit in 255) saves and
+ * loads. */
+Test(checkpoint, a_long_file_name_saves_and_loads)
+{
+    scratch s = scratch_new();
+    model saved = model_new(TG_F32, tg_adamw_config(0.01), 2), target = model_new(TG_F32, tg_adamw_config(0.01), 3);
+    char base[251];
+    memset(base, 'n', 250);
+    memcpy(base + 250 - 12, ".safetensors", 12);
+    base[250] = '\0';
+    const char *path = scratch_file(&s, base);
+    cr_assert_eq(tg_checkpoint_save(path, saved.params, saved.optim, NULL), TG_OK, "%s", tg_last_error());
+    cr_assert_eq(tg_checkpoint_load(path, target.params, target.optim, NULL), TG_OK, "%s", tg_last_error());
+    assert_same_model("the long-named file", &saved, &target);
+    model_free(&saved), model_free(&target);
+    scratch_remove(&s);
+}
+
+/* An empty file named name in the scratch directory, last written `age` seconds ago. */
+static void touch_aged(const scratch *s, const char *name, long age)
+{
+    const char *path = scratch_file(s, name);
+    cf_write(path, "", 0);
+    struct timeval times[2];
+    gettimeofday(&times[0], NULL);
+    times[0].tv_sec -= age;
+    times[1] = times[0];
+    cr_assert_eq(utimes(path, times), 0, "utimes: %s", strerror(errno));
+}
+
+/* A save removes the temporary files that killed saves of the same target left, once
+ * nothing has written to them for an hour; a fresh one (a save still running) and files
+ * that only look alike are left be. */
+Test(checkpoint, a_save_removes_stale_temporary_files_of_its_target)
+{
+    scratch s = scratch_new();
+    model saved = model_new(TG_F32, tg_adamw_config(0.01), 2);
+    touch_aged(&s, ".model.safetensors.tmp.AAAAAA", 7200);
+    touch_aged(&s, ".model.safetensors.tmp.BBBBBB", 60);
+    touch_aged(&s, ".model.safetensors.tmp.CCCCCCC", 7200);
+    touch_aged(&s, ".other.safetensors.tmp.DDDDDD", 7200);
+    cr_assert_eq(tg_checkpoint_save(s.path, saved.params, saved.optim, NULL), TG_OK, "%s", tg_last_error());
+    cr_assert(access(scratch_file(&s, ".model.safetensors.tmp.AAAAAA"), F_OK) != 0, "the stale file is still there");
+    const char *kept[] = {".model.safetensors.tmp.BBBBBB", ".model.safetensors.tmp.CCCCCCC",
+                          ".other.safetensors.tmp.DDDDDD", "model.safetensors"};
+    for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++)
+        cr_assert_eq(access(scratch_file(&s, kept[i]), F_OK), 0, "%s was removed", kept[i]);
+    model_free(&saved);
     scratch_remove(&s);
 }
 

@@ -8,7 +8,8 @@
  *
  * Saving is atomic: the file is written under a temporary name in the target's directory,
  * flushed to disk, and renamed over the target, so a crash leaves either the old file or
- * the new one (and perhaps a stray ".<name>.tmp.XXXXXX" beside it), never a torn one.
+ * the new one (and perhaps a stray ".<name>.tmp.XXXXXX" beside it, which a later save of the
+ * same target removes once it is an hour old), never a torn one.
  *
  * Loading checks everything (layout, JSON, dtypes, shapes, offsets, names against the
  * model, metadata, the checksum) before it changes anything: a truncated, corrupt or
