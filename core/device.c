@@ -18,6 +18,7 @@
 #include "kernels/cuda_api.h"
 #endif
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,18 +53,21 @@ static struct {
     bool on;
 } captured;
 
-/* Host memory is counted too (heap tensors, gradients, tape chunks), without a cache. */
+/* Host memory is counted too (heap tensors, gradients, tape chunks), without a cache. The
+ * counters are atomic: tensors may be made and freed on several threads at once. */
 static struct {
-    size_t in_use, peak;
+    _Atomic size_t in_use, peak;
 } host;
 
 void tg_host_memory_account(size_t bytes, bool allocated)
 {
-    if (allocated) {
-        host.in_use += bytes;
-        if (host.in_use > host.peak) host.peak = host.in_use;
-    } else {
-        host.in_use -= bytes;
+    if (!allocated) {
+        atomic_fetch_sub(&host.in_use, bytes);
+        return;
+    }
+    const size_t now = atomic_fetch_add(&host.in_use, bytes) + bytes;
+    size_t peak = atomic_load(&host.peak);
+    while (now > peak && !atomic_compare_exchange_weak(&host.peak, &peak, now)) {
     }
 }
 
@@ -287,7 +291,8 @@ tg_status tg_memory_stats_get(tg_device device, tg_memory_stats *stats)
 {
     if (!stats) return tg_set_error(TG_ERR_INVALID, "tg_memory_stats_get: stats is NULL");
     if (tg_device_resolve(device) == TG_DEVICE_CPU) {
-        *stats = (tg_memory_stats){host.in_use, host.peak, host.in_use};
+        const size_t in_use = atomic_load(&host.in_use);
+        *stats = (tg_memory_stats){in_use, atomic_load(&host.peak), in_use};
         return TG_OK;
     }
     *stats = (tg_memory_stats){cache.in_use, cache.peak, cache.reserved};
@@ -297,7 +302,7 @@ tg_status tg_memory_stats_get(tg_device device, tg_memory_stats *stats)
 void tg_memory_reset_peak(void)
 {
     cache.peak = cache.in_use;
-    host.peak = host.in_use;
+    atomic_store(&host.peak, atomic_load(&host.in_use));
 }
 
 tg_status tg_memory_empty_cache(void)

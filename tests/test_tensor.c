@@ -1,6 +1,8 @@
 /* Tensors: creation, dtypes and bf16 conversion, strides and views, host copies, size
- * overflow, and the errors of the creation functions. */
+ * overflow, the errors of the creation functions, and the host memory count under threads. */
 #include "test_util.h"
+
+#include <pthread.h>
 
 #include "core/internal.h"
 
@@ -209,4 +211,42 @@ Test(tensor, element_access_and_the_generator_refuse_bad_arguments)
     cr_assert_eq(memcmp(before, after, sizeof *before * (size_t)n), 0, "a refused fill changed the tensor");
     free(before), free(after);
     tg_tape_free(tape);
+}
+
+/* Heap tensors made and freed on several threads at once: the host memory count ends where
+ * it started, and its peak covers what the threads held together. */
+static void *make_and_free(void *arg)
+{
+    const int64_t elements = *(const int64_t *)arg;
+    for (int i = 0; i < 20000; i++) {
+        tg_tensor *t = tg_tensor_new(TG_F32, TG_DEVICE_CPU, 1, &elements);
+        if (!t) return (void *)1;
+        tg_tensor_free(t);
+    }
+    return NULL;
+}
+
+Test(tensor, host_memory_count_holds_under_threads)
+{
+    tg_memory_stats before, after;
+    cr_assert_eq(tg_memory_stats_get(TG_DEVICE_CPU, &before), TG_OK);
+    tg_memory_reset_peak();
+    enum { THREADS = 4 };
+    pthread_t threads[THREADS];
+    int64_t elements[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        elements[i] = tt_randint(1, 4096);
+        cr_assert_eq(pthread_create(&threads[i], NULL, make_and_free, &elements[i]), 0);
+    }
+    for (int i = 0; i < THREADS; i++) {
+        void *failed;
+        cr_assert_eq(pthread_join(threads[i], &failed), 0);
+        cr_assert_null(failed, "a thread could not make a tensor");
+    }
+    cr_assert_eq(tg_memory_stats_get(TG_DEVICE_CPU, &after), TG_OK);
+    cr_assert_eq(after.bytes_in_use, before.bytes_in_use, "%zu bytes in use after, %zu before", after.bytes_in_use,
+                 before.bytes_in_use);
+    int64_t largest = 0;
+    for (int i = 0; i < THREADS; i++) largest = elements[i] > largest ? elements[i] : largest;
+    cr_assert_geq(after.peak_bytes_in_use, before.bytes_in_use + (size_t)largest * 4);
 }
