@@ -5,6 +5,8 @@
  * the store's device (host memory or CUDA memory from the caching allocator). */
 #include "internal.h"
 
+#include <math.h>
+
 #ifdef TG_HAVE_CUDA
 #include "kernels/cuda_api.h"
 #endif
@@ -203,6 +205,7 @@ tg_status tg_params_zero_grad(tg_params *params)
 tg_status tg_params_sgd_step(tg_params *params, double lr)
 {
     if (!params) return tg_set_error(TG_ERR_INVALID, "tg_params_sgd_step: params is NULL");
+    if (!isfinite(lr)) return tg_set_error(TG_ERR_INVALID, "tg_params_sgd_step: lr must be finite (got %g)", lr);
     if (params->device != TG_DEVICE_CPU) {
 #ifdef TG_HAVE_CUDA
         return tg_cuda_axpy(params->data.data, params->grad.data, params->dtype, params->numel, -lr);

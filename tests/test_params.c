@@ -2,6 +2,7 @@
  * growth that keeps tensors valid, zeroing and the SGD step. */
 #include "test_util.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -50,6 +51,14 @@ Test(params, sgd_step_and_zero_grad)
     /* loss = Σ w²: grad 2w; SGD gives w − lr·2w. */
     tg_tensor *loss = tg_sum_all(tape, tg_mul(tape, w, w));
     cr_assert_eq(tg_backward(tape, loss), TG_OK, "%s", tg_last_error());
+    /* a learning rate that is not finite is refused, and w stays as it was */
+    const double bad_lrs[3] = {NAN, INFINITY, -INFINITY};
+    for (int k = 0; k < 3; k++) {
+        cr_assert_eq(tg_params_sgd_step(params, bad_lrs[k]), TG_ERR_INVALID);
+        cr_assert(strstr(tg_last_error(), "tg_params_sgd_step") && strstr(tg_last_error(), "lr"), "%s",
+                  tg_last_error());
+        for (int64_t i = 0; i < 5; i++) cr_assert_eq(tg_get_flat(w, i), before[i]);
+    }
     cr_assert_eq(tg_params_sgd_step(params, lr), TG_OK);
     for (int64_t i = 0; i < 5; i++) cr_assert_float_eq(tg_get_flat(w, i), before[i] * (1 - 2 * lr), 1e-12);
     cr_assert_eq(tg_params_zero_grad(params), TG_OK);

@@ -34,7 +34,7 @@ tg_status tg_params_zero_grad(tg_params *params);
 void *tg_params_data(tg_params *params);
 void *tg_params_grad(tg_params *params);
 
-/* Plain SGD over the whole store: p ← p − lr · grad. */
+/* Plain SGD over the whole store: p ← p − lr · grad (lr finite, or nothing changes). */
 tg_status tg_params_sgd_step(tg_params *params, double lr);
 
 #ifdef __cplusplus
