@@ -123,6 +123,15 @@ static snapshot snapshot_take(const model *m)
     return s;
 }
 
+/* Asserts that m holds every byte `before` held (a refused load changed nothing). */
+static void assert_unchanged(const model *m, const snapshot *before, const char *what)
+{
+    snapshot now = snapshot_take(m);
+    cr_assert(now.size == before->size && memcmp(now.bytes, before->bytes, before->size) == 0, "%s changed the model",
+              what);
+    free(now.bytes);
+}
+
 static void assert_same_model(const char *what, const model *a, const model *b)
 {
     snapshot sa = snapshot_take(a), sb = snapshot_take(b);
@@ -527,15 +536,26 @@ Test(checkpoint, any_one_byte_changed_anywhere_is_refused)
         cr_assert_eq(status, TG_ERR_INVALID, "byte %zu of %zu changed: loaded (status %d)", at, good.size, status);
         cr_assert(strstr(tg_last_error(), "nothing was changed"), "byte %zu: %s", at, tg_last_error());
     }
-    snapshot now = snapshot_take(&target);
-    cr_assert(memcmp(now.bytes, before.bytes, before.size) == 0, "a refused file changed the model");
+    assert_unchanged(&target, &before, "a refused file");
     cr_log_info("%zu one-byte edits refused", positions);
     cr_assert_eq(tg_checkpoint_load_buffer(good.bytes, good.size, "good", target.params, target.optim, NULL), TG_OK,
                  "%s", tg_last_error());
     assert_same_model("the good file", &saved, &target);
-    free(now.bytes), free(before.bytes), free(good.bytes);
+    free(before.bytes), free(good.bytes);
     model_free(&saved), model_free(&target);
     scratch_remove(&s);
+}
+
+/* The file as the first format wrote it: version 1, a CRC-32 of the data only. */
+static cf_blob as_version_1(cf_blob b)
+{
+    cf_file f = cf_split(b);
+    cJSON_ReplaceItemInObject(f.metadata, "format_version", cJSON_CreateString("1"));
+    cJSON_DeleteItemFromObject(f.metadata, "file_crc32");
+    cJSON_AddStringToObject(f.metadata, "data_crc32", "00000000"); /* cf_join computes it */
+    cf_blob old = cf_join(&f);
+    cf_free(&f);
+    return old;
 }
 
 /* A version 1 file (its CRC-32 over the data only, as the first format wrote it) still
@@ -546,31 +566,20 @@ Test(checkpoint, version_1_files_still_load)
     model saved = model_new(TG_F32, tg_adamw_config(0.01), 2), target = model_new(TG_F32, tg_adamw_config(0.01), 3);
     cr_assert_eq(tg_checkpoint_save(s.path, saved.params, saved.optim, NULL), TG_OK, "%s", tg_last_error());
     cf_blob good = cf_read(s.path);
-    cf_file f = cf_split(good);
-    cJSON_ReplaceItemInObject(f.metadata, "format_version", cJSON_CreateString("1"));
-    cJSON_DeleteItemFromObject(f.metadata, "file_crc32");
-    cJSON_AddStringToObject(f.metadata, "data_crc32", "00000000"); /* cf_join computes it */
-    cf_blob old = cf_join(&f);
-    cf_free(&f);
+    cf_blob old = as_version_1(good);
     cr_assert_eq(cf_file_crc_at(old), 0, "no whole-file CRC in a version 1 file");
     snapshot before = snapshot_take(&target);
     old.bytes[old.size - 1 - (size_t)tt_randint(0, 63)] ^= 0x10;
     cr_assert_eq(tg_checkpoint_load_buffer(old.bytes, old.size, "v1", target.params, target.optim, NULL),
                  TG_ERR_INVALID);
     cr_assert(strstr(tg_last_error(), "data's CRC-32"), "%s", tg_last_error());
-    snapshot now = snapshot_take(&target);
-    cr_assert(memcmp(now.bytes, before.bytes, before.size) == 0, "a refused file changed the model");
+    assert_unchanged(&target, &before, "a refused file");
     free(old.bytes);
-    f = cf_split(good);
-    cJSON_ReplaceItemInObject(f.metadata, "format_version", cJSON_CreateString("1"));
-    cJSON_DeleteItemFromObject(f.metadata, "file_crc32");
-    cJSON_AddStringToObject(f.metadata, "data_crc32", "00000000");
-    old = cf_join(&f);
-    cf_free(&f);
+    old = as_version_1(good);
     cr_assert_eq(tg_checkpoint_load_buffer(old.bytes, old.size, "v1", target.params, target.optim, NULL), TG_OK, "%s",
                  tg_last_error());
     assert_same_model("the version 1 file", &saved, &target);
-    free(now.bytes), free(before.bytes), free(old.bytes), free(good.bytes);
+    free(before.bytes), free(old.bytes), free(good.bytes);
     model_free(&saved), model_free(&target);
     scratch_remove(&s);
 }
@@ -648,9 +657,8 @@ Test(checkpoint, names_no_save_could_write_are_refused_on_load)
                   tg_last_error());
         free(bad.bytes);
     }
-    snapshot now = snapshot_take(&target);
-    cr_assert(memcmp(now.bytes, before.bytes, before.size) == 0, "a refused file changed the model");
-    free(now.bytes), free(before.bytes), free(good.bytes);
+    assert_unchanged(&target, &before, "a refused file");
+    free(before.bytes), free(good.bytes);
     model_free(&saved), model_free(&target);
     scratch_remove(&s);
 }

@@ -99,13 +99,7 @@ static double *step_on_cuda(tg_mamba *model, tg_params *params, tg_tensor *ids, 
     cr_assert_eq(tg_memory_stats_get(TG_DEVICE_CUDA, &after), TG_OK);
     *peak = after.peak_bytes_in_use - before.bytes_in_use;
     *loss_value = tg_item(loss);
-    double *grads = malloc(sizeof(double) * (size_t)tg_params_numel(params));
-    int64_t offset = 0;
-    for (size_t i = 0; i < tg_params_count(params); i++) {
-        tg_tensor *g = tg_params_get(params, i)->grad;
-        cr_assert_eq(tg_copy_to_host(g, grads + offset, TG_F64), TG_OK);
-        offset += tg_numel(g);
-    }
+    double *grads = tt_params_grads(params);
     tg_tape_free(tape);
     return grads;
 }

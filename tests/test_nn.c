@@ -506,14 +506,7 @@ static double *loss_and_grads(tg_mamba *model, tg_params *params, tg_tensor *ids
     cr_assert(loss, "%s", tg_last_error());
     cr_assert_eq(tg_backward(tape, loss), TG_OK, "%s", tg_last_error());
     *loss_value = tg_item(loss);
-    int64_t n = tg_params_numel(params);
-    double *grads = malloc(sizeof(double) * (size_t)n);
-    int64_t offset = 0;
-    for (size_t i = 0; i < tg_params_count(params); i++) {
-        tg_tensor *g = tg_params_get(params, i)->grad;
-        cr_assert_eq(tg_copy_to_host(g, grads + offset, TG_F64), TG_OK);
-        offset += tg_numel(g);
-    }
+    double *grads = tt_params_grads(params);
     tg_tape_free(tape);
     return grads;
 }

@@ -145,6 +145,19 @@ double tt_distance(const tg_tensor *a, const tg_tensor *b)
     return sqrt(sum);
 }
 
+double *tt_params_grads(tg_params *params)
+{
+    double *grads = malloc(sizeof(double) * (size_t)tg_params_numel(params));
+    cr_assert(grads, "out of memory");
+    int64_t offset = 0;
+    for (size_t i = 0; i < tg_params_count(params); i++) {
+        tg_tensor *g = tg_params_get(params, i)->grad;
+        cr_assert_eq(tg_copy_to_host(g, grads + offset, TG_F64), TG_OK, "%s", tg_last_error());
+        offset += tg_numel(g);
+    }
+    return grads;
+}
+
 tg_tensor *tt_f64_copy(tg_tape *tape, const tg_tensor *t, bool absolute)
 {
     double *values = host_values(t);

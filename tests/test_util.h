@@ -40,6 +40,9 @@ double tt_distance(const tg_tensor *a, const tg_tensor *b);
 /* A contiguous f64 CPU copy of t's values (any device and layout), or of their absolute
  * values when `absolute`: a new tensor with no tie to t on the tape. */
 tg_tensor *tt_f64_copy(tg_tape *tape, const tg_tensor *t, bool absolute);
+/* Every parameter gradient of the store as doubles, in store order (any device; the caller
+ * frees the array). */
+double *tt_params_grads(tg_params *params);
 
 /* ---- bad-input checks ---------------------------------------------------------------
  * Snapshot the tape, call the op, then assert it failed cleanly:
