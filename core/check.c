@@ -11,6 +11,13 @@ bool tg_check_tape(const char *op, const tg_tape *tape)
     return false;
 }
 
+bool tg_check_device_value(const char *op, tg_device device)
+{
+    if (device == TG_DEVICE_CPU || device == TG_DEVICE_CUDA || device == TG_DEVICE_AUTO) return true;
+    tg_set_error(TG_ERR_DEVICE, "%s: device %d does not exist", op, (int)device);
+    return false;
+}
+
 bool tg_check_tensor(const char *op, const char *name, const tg_tensor *t)
 {
     if (!t) {
@@ -109,9 +116,12 @@ bool tg_mul_overflows(int64_t a, int64_t b, int64_t *out)
 
 bool tg_shape_numel(int ndim, const int64_t *shape, int64_t *out)
 {
-    int64_t n = 1;
+    /* The product with zeros counted as ones must fit too: it is the largest contiguous
+     * stride, which a zero-element tensor has as well. */
+    int64_t n = 1, strides_product = 1;
     for (int i = 0; i < ndim; i++) {
-        if (shape[i] < 0 || tg_mul_overflows(n, shape[i], &n)) return false;
+        if (shape[i] < 0 || tg_mul_overflows(strides_product, shape[i] ? shape[i] : 1, &strides_product)) return false;
+        n *= shape[i]; /* at most strides_product in size */
     }
     *out = n;
     return true;

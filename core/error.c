@@ -28,6 +28,10 @@ const char *tg_status_name(tg_status status)
 
 tg_status tg_set_error(tg_status status, const char *format, ...)
 {
+    if (!format) {
+        snprintf(last_error, sizeof last_error, "tg_set_error: format is NULL (status %s)", tg_status_name(status));
+        return status;
+    }
     va_list args;
     va_start(args, format);
     vsnprintf(last_error, sizeof last_error, format, args);

@@ -66,8 +66,10 @@ static tg_tensor *new_activation_grad(const tg_tensor *t)
 tg_tensor *tg_node_grad_buffer(tg_node *node, int input_index)
 {
     if (!node || input_index < 0 || input_index >= node->n_inputs || !node->inputs[input_index]) {
-        tg_set_error(TG_ERR_INVALID, "tg_node_grad_buffer: %s has no input %d", node ? node->op : "(no node)",
-                     input_index);
+        if (!node) tg_set_error(TG_ERR_INVALID, "tg_node_grad_buffer: node is NULL");
+        else
+            tg_set_error(TG_ERR_INVALID, "tg_node_grad_buffer: input_index %d is not an input of %s (it has %d)",
+                         input_index, node->op, node->n_inputs);
         return NULL;
     }
     tg_tensor *x = node->inputs[input_index];
@@ -105,7 +107,7 @@ tg_status tg_accumulate_grad(tg_tape *tape, tg_tensor *t, const tg_tensor *g)
         if (!(t->grad = new_activation_grad(t))) return TG_ERR_NOMEM;
         tg_status status = tg_copy(t->grad, g);
         if (status != TG_OK) {
-            tg_tensor_free(t->grad);
+            tg_tensor_release(t->grad);
             t->grad = NULL;
         }
         return status;

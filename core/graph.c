@@ -28,6 +28,7 @@ static tg_status failed(const char *fn, tg_status status)
 tg_status tg_graph_begin(tg_device device)
 {
     const char *fn = "tg_graph_begin";
+    if (!tg_check_device_value(fn, device)) return TG_ERR_DEVICE;
     if (tg_device_resolve(device) != TG_DEVICE_CUDA || !tg_device_has_tensors(TG_DEVICE_CUDA))
         return tg_set_error(TG_ERR_DEVICE, "%s: graphs are recorded on a CUDA device, not on %s (run a CPU step "
                                            "directly)", fn, tg_device_name(tg_device_resolve(device)));
@@ -51,7 +52,7 @@ tg_graph *tg_graph_end(void)
     }
     tg_graph *graph = calloc(1, sizeof *graph);
     tg_status status = tg_cuda_capture_end(graph ? &graph->exec : &(void *){NULL}, graph ? &graph->n_nodes : &(size_t){0});
-    if (status == TG_OK && !graph) status = tg_set_error(TG_ERR_NOMEM, "out of host memory");
+    if (status == TG_OK && !graph) status = tg_set_error(TG_ERR_NOMEM, "%s: out of host memory", fn);
     if (status == TG_OK) status = tg_device_reserve_captured(graph);
     if (status == TG_OK) return graph;
     tg_device_capture_track(false);
@@ -80,6 +81,7 @@ bool tg_graph_capturing(void) { return tg_cuda_capturing(); }
 
 tg_status tg_device_check_errors(tg_device device)
 {
+    if (!tg_check_device_value("tg_device_check_errors", device)) return TG_ERR_DEVICE;
     if (tg_device_resolve(device) != TG_DEVICE_CUDA || !tg_device_has_tensors(TG_DEVICE_CUDA)) return TG_OK;
     tg_bad_input bad;
     tg_status status = tg_cuda_take_bad_input(&bad);
@@ -102,6 +104,7 @@ tg_status tg_device_check_errors(tg_device device)
 
 tg_status tg_graph_begin(tg_device device)
 {
+    if (!tg_check_device_value("tg_graph_begin", device)) return TG_ERR_DEVICE;
     return tg_set_error(TG_ERR_DEVICE, "tg_graph_begin: graphs are recorded on a CUDA device, and this build has "
                                        "no CUDA backend (device %s)", tg_device_name(tg_device_resolve(device)));
 }
@@ -124,10 +127,14 @@ bool tg_graph_capturing(void) { return false; }
 
 tg_status tg_device_check_errors(tg_device device)
 {
-    (void)device;
-    return TG_OK;
+    return tg_check_device_value("tg_device_check_errors", device) ? TG_OK : TG_ERR_DEVICE;
 }
 
 #endif
 
-size_t tg_graph_node_count(const tg_graph *graph) { return graph ? graph->n_nodes : 0; }
+size_t tg_graph_node_count(const tg_graph *graph)
+{
+    if (graph) return graph->n_nodes;
+    tg_set_error(TG_ERR_INVALID, "tg_graph_node_count: graph is NULL");
+    return 0;
+}

@@ -95,6 +95,8 @@ tg_status tg_error_no_kernel(const char *op, tg_device device);
 
 /* ---- argument checks: each sets a message naming op and returns false ---------- */
 
+/* device is one of the tg_device values (CPU, CUDA or AUTO). */
+bool tg_check_device_value(const char *op, tg_device device);
 /* t is non-NULL, has storage and 1 ≤ ndim ≤ TG_MAX_DIMS. */
 bool tg_check_tensor(const char *op, const char *name, const tg_tensor *t);
 /* As above and a float dtype (f32, f64, bf16, f16). */
@@ -126,6 +128,14 @@ tg_tensor *tg_view(tg_tape *tape, const tg_tensor *base, int ndim, const int64_t
 /* tg_tensor_new without the zero fill: for a buffer that is written whole before it is read
  * (an activation's gradient on its first contribution). */
 tg_tensor *tg_tensor_new_uninitialized(tg_dtype dtype, tg_device device, int ndim, const int64_t *shape);
+/* The store's parameter of that name, or NULL, setting no error (a lookup that may miss). */
+typedef struct tg_params tg_params;
+tg_tensor *tg_params_lookup(const tg_params *params, const char *name);
+/* Why tg_params_add would refuse the name (empty, not a name a checkpoint can hold, the
+ * optimizer's "optim." prefix, or taken), or NULL. */
+const char *tg_params_name_problem(const tg_params *params, const char *name);
+/* tg_tensor_free without the complaint: frees t only when it is a heap tensor (a gradient). */
+void tg_tensor_release(tg_tensor *t);
 /* A contiguous tensor on the tape with x's shape but the given dtype. */
 tg_tensor *tg_empty_as(tg_tape *tape, const tg_tensor *x, tg_dtype dtype);
 /* A tensor laid out like x (same stride order, dense) on the tape: used so that an op on
@@ -161,7 +171,9 @@ static inline void tg_store(void *base, tg_dtype dtype, int64_t i, double v)
     case TG_F32: ((float *)base)[i] = (float)v; break;
     case TG_F64: ((double *)base)[i] = v; break;
     case TG_BF16: ((uint16_t *)base)[i] = tg_f32_to_bf16((float)v); break;
-    case TG_I32: ((int32_t *)base)[i] = (int32_t)v; break;
+    case TG_I32: /* saturated, so that no conversion is undefined; the public functions refuse such values */
+        ((int32_t *)base)[i] = v >= 2147483647.0 ? INT32_MAX : v <= -2147483648.0 ? INT32_MIN : v == v ? (int32_t)v : 0;
+        break;
     case TG_F16: ((uint16_t *)base)[i] = tg_f32_to_f16((float)v); break;
     default: break;
     }

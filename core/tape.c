@@ -14,6 +14,7 @@
  */
 #include "internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,9 +76,11 @@ static void chunks_free(tg_chunk *chunk)
 
 static size_t align_up(size_t n) { return (n + TG_ARENA_ALIGN - 1) & ~(size_t)(TG_ARENA_ALIGN - 1); }
 
-void *tg_tape_alloc(tg_tape *tape, size_t nbytes)
+/* tg_tape_alloc without the messages, for the library's own allocations (which report
+ * running out of memory in their own words). */
+static void *arena_alloc(tg_tape *tape, size_t nbytes)
 {
-    if (nbytes > SIZE_MAX - 2 * TG_ARENA_ALIGN) return NULL;
+    if (nbytes > SIZE_MAX / 4) return NULL;
     size_t need = align_up(nbytes ? nbytes : 1);
     tg_chunk *chunk = tape->current;
     while (chunk->used + need > chunk->size) {
@@ -105,6 +108,14 @@ void *tg_tape_alloc(tg_tape *tape, size_t nbytes)
         size_t in_use = tg_tape_bytes_in_use(tape); /* a walk over the few chunks */
         if (in_use > tape->high_water) tape->high_water = in_use;
     }
+    return out;
+}
+
+void *tg_tape_alloc(tg_tape *tape, size_t nbytes)
+{
+    if (!tg_check_tape("tg_tape_alloc", tape)) return NULL;
+    void *out = arena_alloc(tape, nbytes);
+    if (!out) tg_set_error(TG_ERR_NOMEM, "tg_tape_alloc: cannot allocate nbytes = %zu from the arena", nbytes);
     return out;
 }
 
@@ -145,12 +156,37 @@ bool tg_tape_free_device_data(tg_tape *tape, const void *ptr)
 
 tg_tape_mark tg_tape_get_mark(const tg_tape *tape)
 {
+    if (!tg_check_tape("tg_tape_get_mark", tape)) return (tg_tape_mark){0};
     tg_tape_mark mark = {tape->current->used, tape->n_nodes, tape->current, tape->device_blocks};
     return mark;
 }
 
+/* Whether mark was taken on this tape and is not later than its present state: its chunk is
+ * the current one or an earlier one, and its nodes and device blocks are still there. */
+static bool mark_is_past(const tg_tape *tape, tg_tape_mark mark)
+{
+    if (mark.n_nodes > tape->n_nodes) return false;
+    bool chunk_found = false;
+    for (const tg_chunk *c = tape->first; c && !chunk_found; c = c->next) {
+        if (c == mark.arena_chunk)
+            chunk_found = mark.arena_used <= c->used;
+        if (c == tape->current) break;
+    }
+    if (!chunk_found) return false;
+    if (!mark.device_blocks) return true;
+    for (const tg_device_block *b = tape->device_blocks; b; b = b->next)
+        if (b == mark.device_blocks) return true;
+    return false;
+}
+
 void tg_tape_rewind(tg_tape *tape, tg_tape_mark mark)
 {
+    if (!tg_check_tape("tg_tape_rewind", tape)) return;
+    if (!mark_is_past(tape, mark)) {
+        tg_set_error(TG_ERR_INVALID, "tg_tape_rewind: mark was not taken on this tape since its last reset, or is "
+                                     "later than the tape's present state; nothing was rewound");
+        return;
+    }
     free_device_blocks(tape, mark.device_blocks);
     tape->current = mark.arena_chunk;
     tape->current->used = mark.arena_used;
@@ -189,7 +225,7 @@ void tg_tape_free(tg_tape *tape)
 
 void tg_tape_reset(tg_tape *tape)
 {
-    if (!tape) return;
+    if (!tg_check_tape("tg_tape_reset", tape)) return;
     free_device_blocks(tape, NULL);
     tape->last = NULL;
     tape->n_nodes = 0;
@@ -209,19 +245,25 @@ void tg_tape_reset(tg_tape *tape)
 
 bool tg_tape_set_grad_enabled(tg_tape *tape, bool enabled)
 {
-    if (!tape) return false;
+    if (!tg_check_tape("tg_tape_set_grad_enabled", tape)) return false;
     bool previous = tape->grad_enabled;
     tape->grad_enabled = enabled;
     return previous;
 }
 
-bool tg_tape_grad_enabled(const tg_tape *tape) { return tape && tape->grad_enabled; }
+bool tg_tape_grad_enabled(const tg_tape *tape)
+{
+    return tg_check_tape("tg_tape_grad_enabled", tape) && tape->grad_enabled;
+}
 
-size_t tg_tape_node_count(const tg_tape *tape) { return tape ? tape->n_nodes : 0; }
+size_t tg_tape_node_count(const tg_tape *tape)
+{
+    return tg_check_tape("tg_tape_node_count", tape) ? tape->n_nodes : 0;
+}
 
 size_t tg_tape_bytes_in_use(const tg_tape *tape)
 {
-    if (!tape) return 0;
+    if (!tg_check_tape("tg_tape_bytes_in_use", tape)) return 0;
     size_t total = 0;
     for (tg_chunk *c = tape->first; c; c = c->next) {
         total += c->used;
@@ -230,33 +272,70 @@ size_t tg_tape_bytes_in_use(const tg_tape *tape)
     return total;
 }
 
-size_t tg_tape_peak_bytes(const tg_tape *tape) { return tape ? tape->high_water : 0; }
+size_t tg_tape_peak_bytes(const tg_tape *tape)
+{
+    return tg_check_tape("tg_tape_peak_bytes", tape) ? tape->high_water : 0;
+}
 
 /* ---- recording -------------------------------------------------------------------- */
 
 bool tg_node_needs_grad(const tg_node *node, int input_index)
 {
-    if (input_index < 0 || input_index >= node->n_inputs) return false;
+    if (!node) {
+        tg_set_error(TG_ERR_INVALID, "tg_node_needs_grad: node is NULL");
+        return false;
+    }
+    if (input_index < 0 || input_index >= node->n_inputs) {
+        tg_set_error(TG_ERR_INVALID, "tg_node_needs_grad: input_index %d is outside [0, %d) of %s", input_index,
+                     node->n_inputs, node->op ? node->op : "the node");
+        return false;
+    }
     const tg_tensor *input = node->inputs[input_index];
     return input && input->requires_grad;
 }
 
+/* What is wrong with a record (NULL when nothing): the counts, the arrays and the outputs,
+ * which must be tensors of this tape that no op has produced yet. */
+static const char *record_problem(const tg_tape *tape, const tg_op_record *r, char *why, size_t size)
+{
+    if (!r->backward) return "backward is NULL";
+    if (r->n_inputs < 0 || (r->n_inputs > 0 && !r->inputs)) return "n_inputs is negative, or inputs is NULL";
+    if (r->n_outputs < 1 || !r->outputs) return "n_outputs must be at least 1, with outputs not NULL";
+    if (r->ctx_size && !r->ctx) return "ctx is NULL but ctx_size is not 0";
+    for (int j = 0; j < r->n_outputs; j++) {
+        const tg_tensor *out = r->outputs[j];
+        if (!out) continue; /* an optional output that was not asked for */
+        if (out->tape != tape || out->producer) {
+            snprintf(why, size, "outputs[%d] must be a tensor made on this tape and not yet produced by an op "
+                                "(a parameter, a free tensor or another op's output cannot be)", j);
+            return why;
+        }
+    }
+    return NULL;
+}
+
 tg_status tg_record(tg_tape *tape, const tg_op_record *record)
 {
-    if (!tape || !record || !record->backward || record->n_outputs < 1)
-        return tg_set_error(TG_ERR_INVALID, "tg_record: needs a tape, a backward function and an output");
+    if (!tg_check_tape("tg_record", tape)) return TG_ERR_INVALID;
+    if (!record) return tg_set_error(TG_ERR_INVALID, "tg_record: record is NULL");
+    char why[160];
+    const char *problem = record_problem(tape, record, why, sizeof why);
+    if (problem) return tg_set_error(TG_ERR_INVALID, "tg_record: %s (op %s)", problem, record->op ? record->op : "unnamed");
     if (!tape->grad_enabled) return TG_OK;
     bool any_input_needs_grad = false;
     for (int i = 0; i < record->n_inputs; i++)
         if (record->inputs[i] && record->inputs[i]->requires_grad) any_input_needs_grad = true;
     if (!any_input_needs_grad) return TG_OK;
 
-    tg_node *node = tg_tape_alloc(tape, sizeof *node);
-    tg_tensor **inputs = tg_tape_alloc(tape, sizeof(tg_tensor *) * (size_t)(record->n_inputs + 1));
-    tg_tensor **outputs = tg_tape_alloc(tape, sizeof(tg_tensor *) * (size_t)record->n_outputs);
-    void *ctx = record->ctx_size ? tg_tape_alloc(tape, record->ctx_size) : NULL;
-    if (!node || !inputs || !outputs || (record->ctx_size && !ctx))
+    tg_tape_mark mark = tg_tape_get_mark(tape);
+    tg_node *node = arena_alloc(tape, sizeof *node);
+    tg_tensor **inputs = arena_alloc(tape, sizeof(tg_tensor *) * ((size_t)record->n_inputs + 1));
+    tg_tensor **outputs = arena_alloc(tape, sizeof(tg_tensor *) * (size_t)record->n_outputs);
+    void *ctx = record->ctx_size ? arena_alloc(tape, record->ctx_size) : NULL;
+    if (!node || !inputs || !outputs || (record->ctx_size && !ctx)) {
+        tg_tape_rewind(tape, mark);
         return tg_set_error(TG_ERR_NOMEM, "%s: out of memory while recording", record->op);
+    }
     memcpy(inputs, record->inputs, sizeof(tg_tensor *) * (size_t)record->n_inputs);
     memcpy(outputs, record->outputs, sizeof(tg_tensor *) * (size_t)record->n_outputs);
     if (ctx) memcpy(ctx, record->ctx, record->ctx_size);
@@ -308,7 +387,7 @@ static void release_output_grads(tg_node *node)
     for (int j = 0; j < node->n_outputs; j++) {
         tg_tensor *out = node->outputs[j];
         if (!out || !out->grad) continue;
-        tg_tensor_free(out->grad);
+        tg_tensor_release(out->grad);
         out->grad = NULL;
     }
 }
@@ -353,23 +432,29 @@ static void clear_activation_grads(tg_tape *tape)
     for (tg_node *node = tape->last; node; node = node->prev) release_output_grads(node);
 }
 
-tg_status tg_backward_with_grad(tg_tape *tape, tg_tensor *output, const tg_tensor *output_grad)
+/* The output a backward starts from: a float tensor that an op recorded on this tape made
+ * (or a leaf that requires a gradient); else the error names op and the argument. */
+static bool check_backward_output(const char *op, const char *name, const tg_tape *tape, const tg_tensor *output)
 {
-    const char *op = "tg_backward";
-    if (!tg_check_tape(op, tape) || !tg_check_float(op, "output", output) ||
-        !tg_check_float(op, "output_grad", output_grad))
-        return TG_ERR_INVALID;
-    if (output->producer && output->tape != tape)
-        return tg_set_error(TG_ERR_INVALID, "%s: the output was recorded on another tape than the one given", op);
-    if (!tg_same_shape(output, output_grad)) {
-        const char *names[2] = {"output", "output_grad"};
-        const tg_tensor *tensors[2] = {output, output_grad};
-        return tg_error_tensors(TG_ERR_INVALID, 2, names, tensors, "%s: gradient shape differs from output",
-                                op);
+    if (!tg_check_tape(op, tape) || !tg_check_float(op, name, output)) return false;
+    const tg_tensor *tensors[1] = {output};
+    if (output->producer && output->tape != tape) {
+        tg_error_tensors(TG_ERR_INVALID, 1, &name, tensors, "%s: %s was recorded on another tape than the one given",
+                         op, name);
+        return false;
     }
-    if (!output->requires_grad)
-        return tg_set_error(TG_ERR_STATE, "%s: the output does not require a gradient (no recorded op "
-                                      "with a gradient-requiring input produced it)", op);
+    if (!output->requires_grad) {
+        tg_error_tensors(TG_ERR_STATE, 1, &name, tensors,
+                         "%s: %s does not require a gradient (no recorded op with a gradient-requiring input made it)",
+                         op, name);
+        return false;
+    }
+    return true;
+}
+
+/* The backward itself, once the arguments are checked. */
+static tg_status run_backward(tg_tape *tape, tg_tensor *output, const tg_tensor *output_grad)
+{
     /* Gradients of activations belong to one backward pass: none is left from earlier ones. */
     clear_activation_grads(tape);
 
@@ -383,21 +468,35 @@ tg_status tg_backward_with_grad(tg_tape *tape, tg_tensor *output, const tg_tenso
     return status;
 }
 
+tg_status tg_backward_with_grad(tg_tape *tape, tg_tensor *output, const tg_tensor *output_grad)
+{
+    const char *op = "tg_backward_with_grad";
+    if (!check_backward_output(op, "output", tape, output) || !tg_check_float(op, "output_grad", output_grad))
+        return TG_ERR_INVALID;
+    const char *names[2] = {"output", "output_grad"};
+    const tg_tensor *tensors[2] = {output, output_grad};
+    if (!tg_same_shape(output, output_grad))
+        return tg_error_tensors(TG_ERR_INVALID, 2, names, tensors, "%s: output_grad's shape differs from output's", op);
+    if (output_grad->dtype != output->dtype || output_grad->device != output->device)
+        return tg_error_tensors(TG_ERR_DTYPE, 2, names, tensors, "%s: output_grad must have output's dtype and device",
+                                op);
+    return run_backward(tape, output, output_grad);
+}
+
 tg_status tg_backward(tg_tape *tape, tg_tensor *loss)
 {
-    if (!tg_check_tape("tg_backward", tape) || !tg_check_float("tg_backward", "loss", loss))
-        return TG_ERR_INVALID;
+    const char *op = "tg_backward";
+    if (!check_backward_output(op, "loss", tape, loss)) return TG_ERR_INVALID;
     if (tg_numel(loss) != 1) {
         const char *name = "loss";
         const tg_tensor *t = loss;
         return tg_error_tensors(TG_ERR_INVALID, 1, &name, &t,
-                                "tg_backward: the loss must have one element; use "
-                                "tg_backward_with_grad for other outputs");
+                                "%s: the loss must have one element; use tg_backward_with_grad for other outputs", op);
     }
     tg_tape_mark mark = tg_tape_get_mark(tape);
     tg_tensor *seed = tg_full(tape, loss->dtype, loss->device, loss->ndim, loss->shape, 1.0);
     if (!seed) return TG_ERR_NOMEM;
-    tg_status status = tg_backward_with_grad(tape, loss, seed);
+    tg_status status = run_backward(tape, loss, seed);
     if (status != TG_OK) tg_tape_rewind(tape, mark);
     return status;
 }

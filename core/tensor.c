@@ -12,9 +12,21 @@
 
 /* ---- geometry ---------------------------------------------------------------------- */
 
+/* t is a tensor struct whose geometry can be read (else the error names op; storage aside). */
+static bool readable_geometry(const char *op, const char *name, const tg_tensor *t)
+{
+    if (!t) {
+        tg_set_error(TG_ERR_INVALID, "%s: %s is NULL", op, name);
+        return false;
+    }
+    if (t->ndim >= 1 && t->ndim <= TG_MAX_DIMS) return true;
+    tg_set_error(TG_ERR_INVALID, "%s: %s is not a valid tensor (ndim %d)", op, name, t->ndim);
+    return false;
+}
+
 int64_t tg_numel(const tg_tensor *t)
 {
-    if (!t) return 0;
+    if (!readable_geometry("tg_numel", "t", t)) return 0;
     int64_t n = 1;
     for (int i = 0; i < t->ndim; i++) n *= t->shape[i]; /* checked when the tensor was made */
     return n;
@@ -22,6 +34,7 @@ int64_t tg_numel(const tg_tensor *t)
 
 bool tg_is_contiguous(const tg_tensor *t)
 {
+    if (!readable_geometry("tg_is_contiguous", "t", t)) return false;
     for (int i = 0; i < t->ndim; i++)
         if (t->shape[i] == 0) return true; /* no element to be out of place (tg_empty's strides) */
     int64_t expected = 1;
@@ -34,7 +47,8 @@ bool tg_is_contiguous(const tg_tensor *t)
 
 bool tg_same_shape(const tg_tensor *a, const tg_tensor *b)
 {
-    if (!a || !b || a->ndim != b->ndim) return false;
+    if (!readable_geometry("tg_same_shape", "a", a) || !readable_geometry("tg_same_shape", "b", b)) return false;
+    if (a->ndim != b->ndim) return false;
     for (int i = 0; i < a->ndim; i++)
         if (a->shape[i] != b->shape[i]) return false;
     return true;
@@ -42,6 +56,11 @@ bool tg_same_shape(const tg_tensor *a, const tg_tensor *b)
 
 char *tg_describe(const tg_tensor *t, char *buf, size_t size)
 {
+    if (!buf || size == 0) {
+        tg_set_error(TG_ERR_INVALID, "tg_describe: buf is %s and size %zu; it needs room for the text", buf ? "given" : "NULL",
+                     size);
+        return NULL;
+    }
     if (!t) {
         snprintf(buf, size, "NULL");
         return buf;
@@ -61,11 +80,19 @@ static bool check_new(const char *op, tg_dtype dtype, tg_device device, int ndim
                       size_t *nbytes)
 {
     if (!tg_dtype_size(dtype)) {
-        tg_set_error(TG_ERR_DTYPE, "%s: invalid dtype %d", op, (int)dtype);
+        tg_set_error(TG_ERR_DTYPE, "%s: dtype %d does not exist", op, (int)dtype);
         return false;
     }
-    if (ndim < 1 || ndim > TG_MAX_DIMS || !shape) {
-        tg_set_error(TG_ERR_INVALID, "%s: ndim must be 1..%d with a shape (got %d)", op, TG_MAX_DIMS, ndim);
+    if (device != TG_DEVICE_CPU && device != TG_DEVICE_CUDA && device != TG_DEVICE_AUTO) {
+        tg_set_error(TG_ERR_DEVICE, "%s: device %d does not exist", op, (int)device);
+        return false;
+    }
+    if (ndim < 1 || ndim > TG_MAX_DIMS) {
+        tg_set_error(TG_ERR_INVALID, "%s: ndim must be 1..%d (got %d)", op, TG_MAX_DIMS, ndim);
+        return false;
+    }
+    if (!shape) {
+        tg_set_error(TG_ERR_INVALID, "%s: shape is NULL", op);
         return false;
     }
     char text[128];
@@ -103,11 +130,12 @@ static void init_tensor(tg_tensor *t, tg_storage *storage, tg_dtype dtype, int n
     t->storage = storage;
 }
 
-tg_tensor *tg_empty(tg_tape *tape, tg_dtype dtype, tg_device device, int ndim, const int64_t *shape)
+/* tg_empty, with messages that name op. */
+static tg_tensor *empty_on_tape(const char *op, tg_tape *tape, tg_dtype dtype, tg_device device, int ndim,
+                                const int64_t *shape)
 {
     size_t nbytes;
-    if (!tg_check_tape("tg_empty", tape) || !check_new("tg_empty", dtype, device, ndim, shape, &nbytes))
-        return NULL;
+    if (!tg_check_tape(op, tape) || !check_new(op, dtype, device, ndim, shape, &nbytes)) return NULL;
     device = tg_device_resolve(device);
     tg_tape_mark mark = tg_tape_get_mark(tape);
     tg_tensor *t = tg_tape_alloc(tape, sizeof *t);
@@ -115,7 +143,7 @@ tg_tensor *tg_empty(tg_tape *tape, tg_dtype dtype, tg_device device, int ndim, c
     void *data = device == TG_DEVICE_CPU ? tg_tape_alloc(tape, nbytes) : tg_tape_alloc_device(tape, device, nbytes);
     if (!t || !storage || !data) {
         tg_tape_rewind(tape, mark);
-        tg_set_error(TG_ERR_NOMEM, "tg_empty: out of %s memory for %zu bytes", tg_device_name(device), nbytes);
+        tg_set_error(TG_ERR_NOMEM, "%s: out of %s memory for %zu bytes", op, tg_device_name(device), nbytes);
         return NULL;
     }
     *storage = (tg_storage){data, nbytes, device, TG_STORAGE_ARENA};
@@ -124,43 +152,89 @@ tg_tensor *tg_empty(tg_tape *tape, tg_dtype dtype, tg_device device, int ndim, c
     return t;
 }
 
+tg_tensor *tg_empty(tg_tape *tape, tg_dtype dtype, tg_device device, int ndim, const int64_t *shape)
+{
+    return empty_on_tape("tg_empty", tape, dtype, device, ndim, shape);
+}
+
+/* tg_zeros, with messages that name op. */
+static tg_tensor *zeros_on_tape(const char *op, tg_tape *tape, tg_dtype dtype, tg_device device, int ndim,
+                                const int64_t *shape)
+{
+    tg_tape_mark mark;
+    if (tape) mark = tg_tape_get_mark(tape);
+    tg_tensor *t = empty_on_tape(op, tape, dtype, device, ndim, shape);
+    if (t && tg_device_zero(t->device, t->storage->data, t->storage->nbytes) != TG_OK) {
+        tg_tape_rewind(tape, mark);
+        return NULL;
+    }
+    return t;
+}
+
 tg_tensor *tg_zeros(tg_tape *tape, tg_dtype dtype, tg_device device, int ndim, const int64_t *shape)
 {
-    tg_tensor *t = tg_empty(tape, dtype, device, ndim, shape);
-    if (t && tg_device_zero(t->device, t->storage->data, t->storage->nbytes) != TG_OK) return NULL;
-    return t;
+    return zeros_on_tape("tg_zeros", tape, dtype, device, ndim, shape);
+}
+
+/* A value that can be stored into a tensor of dtype: any value for the float dtypes; for
+ * i32, a finite value in the i32 range (it is then truncated toward zero). */
+static bool value_fits(tg_dtype dtype, double value)
+{
+    return dtype != TG_I32 || (value > (double)INT32_MIN - 1.0 && value < (double)INT32_MAX + 1.0);
+}
+
+static bool check_value(const char *op, tg_dtype dtype, double value)
+{
+    if (value_fits(dtype, value)) return true;
+    tg_set_error(TG_ERR_INVALID, "%s: value %g does not fit in %s", op, value, tg_dtype_name(dtype));
+    return false;
 }
 
 tg_tensor *tg_full(tg_tape *tape, tg_dtype dtype, tg_device device, int ndim, const int64_t *shape,
                    double value)
 {
-    tg_tensor *t = tg_empty(tape, dtype, device, ndim, shape);
-    if (t) tg_fill(t, value);
+    const char *op = "tg_full";
+    if (tg_dtype_size(dtype) && !check_value(op, dtype, value)) return NULL;
+    tg_tape_mark mark;
+    if (tape) mark = tg_tape_get_mark(tape);
+    tg_tensor *t = empty_on_tape(op, tape, dtype, device, ndim, shape);
+    if (t && tg_fill(t, value) != TG_OK) {
+        tg_tape_rewind(tape, mark);
+        return NULL;
+    }
     return t;
 }
 
 tg_tensor *tg_from_data(tg_tape *tape, tg_dtype dtype, tg_device device, int ndim, const int64_t *shape,
                         const void *data)
 {
+    const char *op = "tg_from_data";
+    if (!tg_check_tape(op, tape)) return NULL;
     if (!data) {
-        tg_set_error(TG_ERR_INVALID, "tg_from_data: data is NULL");
+        tg_set_error(TG_ERR_INVALID, "%s: data is NULL", op);
         return NULL;
     }
-    tg_tensor *t = tg_empty(tape, dtype, device, ndim, shape);
-    if (t && tg_copy_from_host(t, data, dtype) != TG_OK) return NULL;
+    tg_tape_mark mark = tg_tape_get_mark(tape);
+    tg_tensor *t = empty_on_tape(op, tape, dtype, device, ndim, shape);
+    if (t && tg_copy_from_host(t, data, dtype) != TG_OK) {
+        tg_tape_rewind(tape, mark);
+        return NULL;
+    }
     return t;
 }
 
 tg_tensor *tg_empty_like(tg_tape *tape, const tg_tensor *x)
 {
-    if (!tg_check_tensor("tg_empty_like", "x", x)) return NULL;
-    return tg_empty(tape, x->dtype, x->device, x->ndim, x->shape);
+    const char *op = "tg_empty_like";
+    if (!tg_check_tape(op, tape) || !tg_check_tensor(op, "x", x)) return NULL;
+    return empty_on_tape(op, tape, x->dtype, x->device, x->ndim, x->shape);
 }
 
 tg_tensor *tg_zeros_like(tg_tape *tape, const tg_tensor *x)
 {
-    if (!tg_check_tensor("tg_zeros_like", "x", x)) return NULL;
-    return tg_zeros(tape, x->dtype, x->device, x->ndim, x->shape);
+    const char *op = "tg_zeros_like";
+    if (!tg_check_tape(op, tape) || !tg_check_tensor(op, "x", x)) return NULL;
+    return zeros_on_tape(op, tape, x->dtype, x->device, x->ndim, x->shape);
 }
 
 tg_tensor *tg_empty_as(tg_tape *tape, const tg_tensor *x, tg_dtype dtype)
@@ -247,14 +321,27 @@ tg_tensor *tg_tensor_new_uninitialized(tg_dtype dtype, tg_device device, int ndi
     return new_heap_tensor("tg_tensor_new", dtype, device, ndim, shape, false);
 }
 
-void tg_tensor_free(tg_tensor *t)
+void tg_tensor_release(tg_tensor *t)
 {
     if (!t || t->tape || !t->storage || t->storage->kind != TG_STORAGE_HEAP) return;
     tg_tensor *grad = t->grad;
     tg_device_free(t->device, t->storage->data, t->storage->nbytes);
     free(t->storage);
     free(t);
-    if (grad) tg_tensor_free(grad);
+    if (grad) tg_tensor_release(grad);
+}
+
+void tg_tensor_free(tg_tensor *t)
+{
+    if (!t) return;
+    if (t->tape || !t->storage || t->storage->kind != TG_STORAGE_HEAP) {
+        tg_set_error(TG_ERR_INVALID, "tg_tensor_free: t is not a tensor from tg_tensor_new (it is %s); nothing was freed",
+                     t->tape ? "a tape's, freed by tg_tape_reset"
+                     : t->storage && t->storage->kind == TG_STORAGE_PARAMS ? "a parameter, freed with its store"
+                                                                             : "not a valid tensor");
+        return;
+    }
+    tg_tensor_release(t);
 }
 
 /* ---- gradients of leaves ----------------------------------------------------------------- */
@@ -267,6 +354,12 @@ tg_status tg_set_requires_grad(tg_tensor *t, bool requires_grad)
         const tg_tensor *tensor = t;
         return tg_error_tensors(TG_ERR_STATE, 1, &name, &tensor,
                                 "tg_set_requires_grad: t was made by an op; only leaves can be marked");
+    }
+    if (!requires_grad && t->storage->kind == TG_STORAGE_PARAMS) {
+        const char *name = "t";
+        const tg_tensor *tensor = t;
+        return tg_error_tensors(TG_ERR_STATE, 1, &name, &tensor,
+                                "tg_set_requires_grad: t is a parameter, and parameters always require gradients");
     }
     if (requires_grad && !tg_dtype_is_float(t->dtype)) {
         const char *name = "t";
@@ -349,7 +442,7 @@ static bool check_flat(const char *op, const tg_tensor *t, int64_t flat)
     if (!tg_check_tensor(op, "t", t)) return false;
     if (flat >= 0 && flat < tg_numel(t)) return true;
     const char *name = "t";
-    tg_error_tensors(TG_ERR_INVALID, 1, &name, &t, "%s: flat index %lld is outside [0, %lld)", op, (long long)flat,
+    tg_error_tensors(TG_ERR_INVALID, 1, &name, &t, "%s: flat_index %lld is outside [0, %lld)", op, (long long)flat,
                      (long long)tg_numel(t));
     return false;
 }
@@ -379,7 +472,8 @@ double tg_get(const tg_tensor *t, const int64_t *index)
 
 void tg_set(tg_tensor *t, const int64_t *index, double value)
 {
-    if (check_index("tg_set", t, index)) store_element(t, offset_of_index(t, index), value);
+    if (check_index("tg_set", t, index) && check_value("tg_set", t->dtype, value))
+        store_element(t, offset_of_index(t, index), value);
 }
 
 double tg_get_flat(const tg_tensor *t, int64_t flat_index)
@@ -389,7 +483,8 @@ double tg_get_flat(const tg_tensor *t, int64_t flat_index)
 
 void tg_set_flat(tg_tensor *t, int64_t flat_index, double value)
 {
-    if (check_flat("tg_set_flat", t, flat_index)) store_element(t, offset_of_flat(t, flat_index), value);
+    if (check_flat("tg_set_flat", t, flat_index) && check_value("tg_set_flat", t->dtype, value))
+        store_element(t, offset_of_flat(t, flat_index), value);
 }
 
 double tg_item(const tg_tensor *t)
@@ -474,15 +569,53 @@ static tg_status device_to_host(void *host, tg_dtype host_dtype, const tg_tensor
     return status;
 }
 
+/* Whether every value of a strided float sequence fits the i32 it is copied into (always true
+ * when to is not i32 or from is not float); else the error names op, the argument and the value. */
+static bool values_fit(const char *op, const char *name, const void *values, tg_dtype from, const int64_t *strides,
+                       int ndim, const int64_t *shape, tg_dtype to)
+{
+    if (to != TG_I32 || !tg_dtype_is_float(from)) return true;
+    tg_iter it;
+    tg_iter_init(&it, ndim, shape, 1, (const int64_t *[]){strides});
+    if (it.empty) return true;
+    do {
+        for (int64_t j = 0; j < it.row_length; j++) {
+            double v = tg_load(values, from, it.offset[0] + j * it.row_stride[0]);
+            if (value_fits(TG_I32, v)) continue;
+            tg_set_error(TG_ERR_INVALID, "%s: %s holds %g, which does not fit in i32; nothing was copied", op, name, v);
+            return false;
+        }
+    } while (tg_iter_next_row(&it));
+    return true;
+}
+
+/* Host i32 ← float values on the device: staged on the host in their own dtype, so that every
+ * value is checked before any is converted. */
+static tg_status device_floats_to_host_ids(const char *op, const tg_tensor *t, int32_t *host)
+{
+    int64_t n = tg_numel(t);
+    size_t bytes = (size_t)n * tg_dtype_size(t->dtype);
+    void *staged = malloc(bytes ? bytes : 1);
+    if (!staged) return tg_set_error(TG_ERR_NOMEM, "%s: out of host memory for %zu bytes", op, bytes);
+    int64_t strides[TG_MAX_DIMS];
+    tg_contiguous_strides(t->ndim, t->shape, strides);
+    tg_status status = device_to_host(staged, t->dtype, t);
+    if (status == TG_OK && !values_fit(op, "t", staged, t->dtype, strides, t->ndim, t->shape, TG_I32))
+        status = TG_ERR_INVALID;
+    for (int64_t i = 0; status == TG_OK && i < n; i++) host[i] = (int32_t)tg_load(staged, t->dtype, i);
+    free(staged);
+    return status;
+}
+
 static bool check_host_copy(const char *op, const tg_tensor *t, const void *host, tg_dtype host_dtype)
 {
     if (!tg_check_tensor(op, "t", t)) return false;
     if (!host) {
-        tg_set_error(TG_ERR_INVALID, "%s: host pointer is NULL", op);
+        tg_set_error(TG_ERR_INVALID, "%s: host is NULL", op);
         return false;
     }
     if (!tg_dtype_size(host_dtype)) {
-        tg_set_error(TG_ERR_DTYPE, "%s: invalid host dtype %d", op, (int)host_dtype);
+        tg_set_error(TG_ERR_DTYPE, "%s: host_dtype %d does not exist", op, (int)host_dtype);
         return false;
     }
     return true;
@@ -490,20 +623,27 @@ static bool check_host_copy(const char *op, const tg_tensor *t, const void *host
 
 tg_status tg_copy_from_host(tg_tensor *t, const void *host, tg_dtype host_dtype)
 {
-    if (!check_host_copy("tg_copy_from_host", t, host, host_dtype)) return TG_ERR_INVALID;
-    if (t->device != TG_DEVICE_CPU) return host_to_device(t, host, host_dtype);
+    const char *op = "tg_copy_from_host";
+    if (!check_host_copy(op, t, host, host_dtype)) return TG_ERR_INVALID;
     int64_t strides[TG_MAX_DIMS];
     tg_contiguous_strides(t->ndim, t->shape, strides);
+    if (!values_fit(op, "host", host, host_dtype, strides, t->ndim, t->shape, t->dtype)) return TG_ERR_INVALID;
+    if (t->device != TG_DEVICE_CPU) return host_to_device(t, host, host_dtype);
     copy_strided(tg_bytes(t), t->dtype, t->strides, host, host_dtype, strides, t->ndim, t->shape);
     return TG_OK;
 }
 
 tg_status tg_copy_to_host(const tg_tensor *t, void *host, tg_dtype host_dtype)
 {
-    if (!check_host_copy("tg_copy_to_host", t, host, host_dtype)) return TG_ERR_INVALID;
-    if (t->device != TG_DEVICE_CPU) return device_to_host(host, host_dtype, t);
+    const char *op = "tg_copy_to_host";
+    if (!check_host_copy(op, t, host, host_dtype)) return TG_ERR_INVALID;
     int64_t strides[TG_MAX_DIMS];
     tg_contiguous_strides(t->ndim, t->shape, strides);
+    if (t->device != TG_DEVICE_CPU) {
+        if (host_dtype != TG_I32 || !tg_dtype_is_float(t->dtype)) return device_to_host(host, host_dtype, t);
+        return device_floats_to_host_ids(op, t, host);
+    }
+    if (!values_fit(op, "t", tg_bytes(t), t->dtype, t->strides, t->ndim, t->shape, host_dtype)) return TG_ERR_INVALID;
     copy_strided(host, host_dtype, strides, tg_bytes(t), t->dtype, t->strides, t->ndim, t->shape);
     return TG_OK;
 }
@@ -524,11 +664,12 @@ tg_status tg_copy(tg_tensor *dst, const tg_tensor *src)
 {
     if (!tg_check_tensor("tg_copy", "dst", dst) || !tg_check_tensor("tg_copy", "src", src))
         return TG_ERR_INVALID;
-    if (!tg_same_shape(dst, src)) {
-        const char *names[2] = {"dst", "src"};
-        const tg_tensor *tensors[2] = {dst, src};
-        return tg_error_tensors(TG_ERR_INVALID, 2, names, tensors, "tg_copy: shapes differ");
-    }
+    const char *names[2] = {"dst", "src"};
+    const tg_tensor *tensors[2] = {dst, src};
+    if (!tg_same_shape(dst, src)) return tg_error_tensors(TG_ERR_INVALID, 2, names, tensors, "tg_copy: dst and src shapes differ");
+    if (tg_dtype_is_float(dst->dtype) != tg_dtype_is_float(src->dtype))
+        return tg_error_tensors(TG_ERR_DTYPE, 2, names, tensors,
+                                "tg_copy: dst and src must both be float, or both i32 (use tg_copy_to_host to convert)");
     if (dst->device == TG_DEVICE_CPU && src->device == TG_DEVICE_CPU) {
         copy_strided(tg_bytes(dst), dst->dtype, dst->strides, tg_bytes(src), src->dtype, src->strides, dst->ndim,
                      dst->shape);
@@ -561,6 +702,7 @@ tg_status tg_copy(tg_tensor *dst, const tg_tensor *src)
 tg_status tg_fill(tg_tensor *t, double value)
 {
     if (!tg_check_tensor("tg_fill", "t", t)) return TG_ERR_INVALID;
+    if (!check_value("tg_fill", t->dtype, value)) return TG_ERR_INVALID;
     if (t->device != TG_DEVICE_CPU) {
 #ifdef TG_HAVE_CUDA
         return tg_cuda_fill(t, value);

@@ -19,6 +19,8 @@
 extern "C" {
 #endif
 
+/* The tape functions below set the error for a NULL tape: the queries then give 0 or false,
+ * the others do nothing. tg_tape_free(NULL) does nothing, as free does. */
 tg_tape *tg_tape_create(void);
 void tg_tape_free(tg_tape *tape);
 /* Frees every activation, activation gradient and node of the step. The arena keeps
@@ -34,9 +36,12 @@ size_t tg_tape_bytes_in_use(const tg_tape *tape);
  * each op's temporaries back when the op is done, so this can exceed the bytes in use). */
 size_t tg_tape_peak_bytes(const tg_tape *tape);
 
-/* Backward from a one-element loss (seeded with 1). */
+/* Backward from a one-element loss (seeded with 1). The loss must have been recorded on this
+ * tape (or be a leaf that requires a gradient); anything else is refused before any gradient
+ * changes. */
 tg_status tg_backward(tg_tape *tape, tg_tensor *loss);
-/* Backward from any recorded output, seeded with the given gradient (same shape). */
+/* Backward from any recorded output, seeded with the given gradient (same shape, dtype and
+ * device). */
 tg_status tg_backward_with_grad(tg_tape *tape, tg_tensor *output, const tg_tensor *output_grad);
 
 /* A view of x that shares its data but is cut off from the tape (no gradient flows). */
@@ -83,11 +88,18 @@ typedef struct {
 } tg_op_record;
 
 /* Records a node when gradients are enabled and some input requires a gradient, and
- * then marks the outputs as requiring gradients; otherwise does nothing. */
+ * then marks the outputs as requiring gradients; otherwise does nothing. Refused: a NULL
+ * backward, n_outputs < 1, n_inputs < 0, NULL arrays for non-zero counts, ctx NULL with
+ * ctx_size > 0, and an output that is not a tensor made on this tape or that an op already
+ * produced (an output entry may be NULL: an optional output nobody asked for). The arrays
+ * must hold as many entries as the counts say (not checkable). */
 tg_status tg_record(tg_tape *tape, const tg_op_record *record);
+/* False (error set) for a NULL node or an index that is not one of its inputs. */
 bool tg_node_needs_grad(const tg_node *node, int input_index);
 
-/* Arena marks, so a failing op can give back what it allocated. */
+/* Arena marks, so a failing op can give back what it allocated. tg_tape_rewind refuses (error
+ * set, nothing rewound) a mark that was not taken on this tape since its last reset, or one
+ * later than the tape's present state. */
 typedef struct {
     size_t arena_used;
     size_t n_nodes;
@@ -97,7 +109,8 @@ typedef struct {
 tg_tape_mark tg_tape_get_mark(const tg_tape *tape);
 void tg_tape_rewind(tg_tape *tape, tg_tape_mark mark);
 
-/* Raw bytes from the tape's arena (64-byte aligned, freed by reset). */
+/* Raw bytes from the tape's arena (64-byte aligned, freed by reset); NULL (error set) when
+ * they cannot be had. */
 void *tg_tape_alloc(tg_tape *tape, size_t nbytes);
 
 /* ---- trading compute for memory ------------------------------------------------ */

@@ -61,7 +61,7 @@ tg_status tg_graph_begin(tg_device device);
 tg_graph *tg_graph_end(void);
 /* Queues one run of the graph (it does not wait for it). */
 tg_status tg_graph_replay(tg_graph *graph);
-/* Kernel launches and copies in the graph. */
+/* Kernel launches and copies in the graph (0, error set, for NULL). */
 size_t tg_graph_node_count(const tg_graph *graph);
 /* Frees the graph; the device memory it kept goes back to the allocator. NULL is fine. */
 void tg_graph_free(tg_graph *graph);

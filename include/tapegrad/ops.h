@@ -59,7 +59,9 @@ tg_tensor *tg_reshape(tg_tape *tape, tg_tensor *x, int ndim, const int64_t *shap
 /* Result dimension i is x's dimension perm[i]. Always a view. */
 tg_tensor *tg_permute(tg_tape *tape, tg_tensor *x, const int *perm);
 tg_tensor *tg_transpose(tg_tape *tape, tg_tensor *x, int axis0, int axis1);
-/* Elements start, start+step, ... below end along axis (step ≥ 1). Always a view. */
+/* Elements start, start+step, ... below end along axis (step ≥ 1). Always a view. As in
+ * NumPy, a negative start or end counts from the end of the axis, and both are then clamped
+ * to [0, dimension], so a slice past the end is shorter (or empty), not an error. */
 tg_tensor *tg_slice(tg_tape *tape, tg_tensor *x, int axis, int64_t start, int64_t end, int64_t step);
 /* Joins n tensors along axis (all other dimensions equal). */
 tg_tensor *tg_concat(tg_tape *tape, tg_tensor *const *xs, int n, int axis);

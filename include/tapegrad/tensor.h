@@ -82,7 +82,10 @@ tg_status tg_set_error(tg_status status, const char *format, ...)
     ;
 const char *tg_status_name(tg_status status);
 
-/* ---- dtypes and devices ---------------------------------------------------- */
+/* ---- dtypes and devices ----------------------------------------------------
+ * These queries never fail and set no error (the checks that build error messages call
+ * them): a value outside the enum gets "invalid-dtype" / "invalid-device" / "unknown status",
+ * size 0, false, and tg_device_resolve returns it unchanged. */
 
 const char *tg_dtype_name(tg_dtype dtype);
 size_t tg_dtype_size(tg_dtype dtype);
@@ -94,7 +97,8 @@ bool tg_device_available(tg_device device);
 tg_device tg_device_resolve(tg_device device);
 /* CPU threads the CPU kernels may use (the selective scan splits its batch rows over them,
  * conv1d its channels, RMSNorm its rows). Default: the environment's TG_NUM_THREADS, else
- * the online CPUs. Results are the same bits for any count. n < 1 restores the default.
+ * the online CPUs. Results are the same bits for any count. n < 1 restores the default; n
+ * above 64 is taken as 64.
  * OpenBLAS, which the CPU matmul calls, runs on one thread unless OPENBLAS_NUM_THREADS or
  * OMP_NUM_THREADS is set. */
 void tg_set_num_threads(int n);
@@ -125,7 +129,9 @@ tg_status tg_synchronize(tg_device device);
 
 /* ---- creation -------------------------------------------------------------- */
 
-/* Uninitialised / zero-filled tensors owned by the tape (freed by tg_tape_reset). */
+/* Uninitialised / zero-filled tensors owned by the tape (freed by tg_tape_reset). The shape's
+ * element count, byte size and largest stride (zeros counted as ones) must fit in 63 bits;
+ * tg_full's value must fit the dtype (see tg_fill). */
 tg_tensor *tg_empty(tg_tape *tape, tg_dtype dtype, tg_device device, int ndim, const int64_t *shape);
 tg_tensor *tg_zeros(tg_tape *tape, tg_dtype dtype, tg_device device, int ndim, const int64_t *shape);
 tg_tensor *tg_full(tg_tape *tape, tg_dtype dtype, tg_device device, int ndim, const int64_t *shape,
@@ -137,16 +143,21 @@ tg_tensor *tg_from_data(tg_tape *tape, tg_dtype dtype, tg_device device, int ndi
 tg_tensor *tg_empty_like(tg_tape *tape, const tg_tensor *x);
 tg_tensor *tg_zeros_like(tg_tape *tape, const tg_tensor *x);
 
-/* A tensor the caller owns: zero-filled, freed with tg_tensor_free (with its gradient). */
+/* A tensor the caller owns: zero-filled, freed with tg_tensor_free (with its gradient).
+ * tg_tensor_free(NULL) does nothing; a tensor it does not own (a tape's, a parameter) is
+ * refused (error set, nothing freed). */
 tg_tensor *tg_tensor_new(tg_dtype dtype, tg_device device, int ndim, const int64_t *shape);
 void tg_tensor_free(tg_tensor *t);
 
-/* ---- properties -------------------------------------------------------------- */
+/* ---- properties --------------------------------------------------------------
+ * A NULL tensor, or one whose ndim is outside 1..TG_MAX_DIMS, sets the error and gives 0
+ * (tg_numel) or false (the two predicates). */
 
 int64_t tg_numel(const tg_tensor *t);
 bool tg_is_contiguous(const tg_tensor *t);
 bool tg_same_shape(const tg_tensor *a, const tg_tensor *b);
-/* Writes "[2, 3] f32 cpu" (shape, dtype, device) into buf; returns buf. */
+/* Writes "[2, 3] f32 cpu" (shape, dtype, device; "NULL" for a NULL t) into buf; returns buf,
+ * or NULL (error set) when buf is NULL or size is 0. */
 char *tg_describe(const tg_tensor *t, char *buf, size_t size);
 
 /* Marks a leaf as needing a gradient; its grad buffer is allocated (zeroed) now. */
@@ -159,8 +170,8 @@ tg_status tg_zero_grad(tg_tensor *t);
 /* Raw pointer to element 0 of the view (storage + offset); NULL on error. */
 void *tg_data(const tg_tensor *t);
 /* Element at a multi-index (ndim entries) or at a flat row-major logical index. A NULL or
- * invalid tensor, or an index outside the shape, sets the error: the getters then return
- * NaN and the setters change nothing. */
+ * invalid tensor, an index outside the shape, or (setters) a value that does not fit an i32
+ * tensor sets the error: the getters then return NaN and the setters change nothing. */
 double tg_get(const tg_tensor *t, const int64_t *index);
 void tg_set(tg_tensor *t, const int64_t *index, double value);
 double tg_get_flat(const tg_tensor *t, int64_t flat_index);
@@ -168,11 +179,15 @@ void tg_set_flat(tg_tensor *t, int64_t flat_index, double value);
 /* The single value of a one-element tensor; NaN (error set) for any other. */
 double tg_item(const tg_tensor *t);
 /* Copies between host memory (contiguous, row-major, `host_dtype` values) and a tensor of
- * any layout, converting dtypes as needed. */
+ * any layout, converting dtypes as needed. A float converted to i32 is truncated toward zero;
+ * one that does not fit (NaN, ±inf, out of range) fails the whole copy before anything is
+ * written. */
 tg_status tg_copy_from_host(tg_tensor *t, const void *host, tg_dtype host_dtype);
 tg_status tg_copy_to_host(const tg_tensor *t, void *host, tg_dtype host_dtype);
-/* dst ← src elementwise (same shape; any layouts and float dtypes; no tape record). */
+/* dst ← src elementwise (same shape; any layouts; both float, of any float dtypes, or both
+ * i32; no tape record). */
 tg_status tg_copy(tg_tensor *dst, const tg_tensor *src);
+/* Every element ← value (for an i32 tensor, a value that fits in i32, truncated). */
 tg_status tg_fill(tg_tensor *t, double value);
 
 #ifdef __cplusplus
