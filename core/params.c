@@ -4,6 +4,7 @@
  * growing the buffers moves no tensor: only storage->data changes. The buffers live on
  * the store's device (host memory or CUDA memory from the caching allocator). */
 #include "internal.h"
+#include "io/safetensors.h"
 
 #include <math.h>
 
@@ -28,6 +29,7 @@ struct tg_params {
 
 tg_params *tg_params_create(tg_device device)
 {
+    if (!tg_check_device_value("tg_params_create", device)) return NULL;
     device = tg_device_resolve(device);
     if (!tg_device_has_tensors(device)) {
         tg_set_error(TG_ERR_DEVICE, "tg_params_create: %s parameters are not supported by this build (CPU only)",
@@ -83,8 +85,9 @@ static bool grow(tg_params *params, int64_t extra)
     int64_t need = params->numel + extra;
     if (need <= params->capacity) return true;
     int64_t capacity = params->capacity ? params->capacity : 1024;
-    while (capacity < need) capacity *= 2;
+    while (capacity < need) capacity = capacity > INT64_MAX / 2 ? need : capacity * 2;
     size_t size = tg_dtype_size(params->dtype), used = (size_t)params->numel * size;
+    if ((uint64_t)capacity > SIZE_MAX / 2 / size) return false; /* the byte size would not fit */
     if (!grow_buffer(&params->data, used, (size_t)capacity * size) ||
         !grow_buffer(&params->grad, used, (size_t)capacity * size))
         return false;
@@ -106,35 +109,48 @@ static tg_tensor *new_view(tg_storage *storage, tg_dtype dtype, int ndim, const 
     return t;
 }
 
+const char *tg_params_name_problem(const tg_params *params, const char *name)
+{
+    if (!name[0]) return "is empty";
+    const char *wrong = tg_st_name_problem(name);
+    if (wrong) return wrong; /* no checkpoint could hold it */
+    if (!strncmp(name, "optim.", 6)) return "starts with 'optim.', which checkpoints keep for optimizer state";
+    if (tg_params_lookup(params, name)) return "is taken: the store already holds a parameter of that name";
+    return NULL;
+}
+
 tg_tensor *tg_params_add(tg_params *params, const char *name, tg_dtype dtype, int ndim, const int64_t *shape)
 {
     const char *op = "tg_params_add";
     char text[128];
     int64_t numel;
     if (!params || !name || !shape) {
-        tg_set_error(TG_ERR_INVALID, "%s: params, name and shape must not be NULL", op);
+        tg_set_error(TG_ERR_INVALID, "%s: %s is NULL", op, !params ? "params" : !name ? "name" : "shape");
+        return NULL;
+    }
+    const char *wrong = tg_params_name_problem(params, name);
+    if (wrong) {
+        tg_set_error(TG_ERR_INVALID, "%s: name '%s' %s", op, name, wrong);
         return NULL;
     }
     if (!tg_dtype_is_float(dtype)) {
-        tg_set_error(TG_ERR_DTYPE, "%s: parameter '%s' must be a float dtype, not %s", op, name, tg_dtype_name(dtype));
+        tg_set_error(TG_ERR_DTYPE, "%s: parameter '%s' must have a float dtype, not %s", op, name, tg_dtype_name(dtype));
         return NULL;
     }
     if (params->count && dtype != params->dtype) {
-        tg_set_error(TG_ERR_DTYPE, "%s: parameter '%s' is %s but the store holds %s", op, name, tg_dtype_name(dtype),
+        tg_set_error(TG_ERR_DTYPE, "%s: parameter '%s' has dtype %s but the store holds %s", op, name, tg_dtype_name(dtype),
                  tg_dtype_name(params->dtype));
         return NULL;
     }
     if (ndim < 1 || ndim > TG_MAX_DIMS) {
-        tg_set_error(TG_ERR_INVALID, "%s: parameter '%s' must have 1..%d dimensions (got %d)", op, name, TG_MAX_DIMS, ndim);
+        tg_set_error(TG_ERR_INVALID, "%s: parameter '%s' must have ndim 1..%d (got %d)", op, name, TG_MAX_DIMS, ndim);
         return NULL;
     }
-    if (!tg_shape_numel(ndim, shape, &numel) || numel == 0 || params->numel > INT64_MAX / 2 - numel) {
-        tg_set_error(TG_ERR_INVALID, "%s: parameter '%s' has an invalid or too large shape %s", op, name,
+    int64_t total_bytes;
+    if (!tg_shape_numel(ndim, shape, &numel) || numel == 0 || params->numel > INT64_MAX / 2 - numel ||
+        tg_mul_overflows(params->numel + numel, 2 * (int64_t)tg_dtype_size(dtype), &total_bytes)) {
+        tg_set_error(TG_ERR_INVALID, "%s: parameter '%s' has an invalid or too large shape %s (a negative or zero dimension, or more elements than a store can hold)", op, name,
                  tg_shape_str(ndim, shape, text, sizeof text));
-        return NULL;
-    }
-    if (tg_params_find(params, name)) {
-        tg_set_error(TG_ERR_INVALID, "%s: a parameter named '%s' already exists", op, name);
         return NULL;
     }
     params->dtype = dtype;
@@ -175,26 +191,49 @@ nomem:
     return NULL;
 }
 
-size_t tg_params_count(const tg_params *params) { return params ? params->count : 0; }
+/* params is a store; else the error names op. */
+static bool check_store(const char *op, const tg_params *params)
+{
+    if (params) return true;
+    tg_set_error(TG_ERR_INVALID, "%s: params is NULL", op);
+    return false;
+}
+
+size_t tg_params_count(const tg_params *params) { return check_store("tg_params_count", params) ? params->count : 0; }
 
 tg_tensor *tg_params_get(const tg_params *params, size_t index)
 {
-    return params && index < params->count ? params->tensors[index] : NULL;
+    if (!check_store("tg_params_get", params)) return NULL;
+    if (index < params->count) return params->tensors[index];
+    tg_set_error(TG_ERR_INVALID, "tg_params_get: index %zu is past the %zu parameters", index, params->count);
+    return NULL;
 }
 
-tg_tensor *tg_params_find(const tg_params *params, const char *name)
+/* The parameter of that name, or NULL (no message: a lookup that may miss). */
+tg_tensor *tg_params_lookup(const tg_params *params, const char *name)
 {
-    if (!params || !name) return NULL;
-    for (size_t i = 0; i < params->count; i++)
+    for (size_t i = 0; params && name && i < params->count; i++)
         if (strcmp(params->tensors[i]->name, name) == 0) return params->tensors[i];
     return NULL;
 }
 
-int64_t tg_params_numel(const tg_params *params) { return params ? params->numel : 0; }
+tg_tensor *tg_params_find(const tg_params *params, const char *name)
+{
+    if (!check_store("tg_params_find", params)) return NULL;
+    if (!name) {
+        tg_set_error(TG_ERR_INVALID, "tg_params_find: name is NULL");
+        return NULL;
+    }
+    tg_tensor *t = tg_params_lookup(params, name);
+    if (!t) tg_set_error(TG_ERR_INVALID, "tg_params_find: no parameter has the name '%s'", name);
+    return t;
+}
 
-void *tg_params_data(tg_params *params) { return params ? params->data.data : NULL; }
+int64_t tg_params_numel(const tg_params *params) { return check_store("tg_params_numel", params) ? params->numel : 0; }
 
-void *tg_params_grad(tg_params *params) { return params ? params->grad.data : NULL; }
+void *tg_params_data(tg_params *params) { return check_store("tg_params_data", params) ? params->data.data : NULL; }
+
+void *tg_params_grad(tg_params *params) { return check_store("tg_params_grad", params) ? params->grad.data : NULL; }
 
 tg_status tg_params_zero_grad(tg_params *params)
 {

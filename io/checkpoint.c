@@ -141,8 +141,8 @@ static uint64_t plan_offsets(plan *p)
 
 static tg_status check_params(const char *op, const char *path, tg_params *params, const tg_optim *optim)
 {
-    if (!path || !params) return tg_set_error(TG_ERR_INVALID, "%s: path and params must not be NULL", op);
-    if (tg_params_count(params) == 0) return tg_set_error(TG_ERR_INVALID, "%s: %s: the store has no parameters", op, path);
+    if (!path || !params) return tg_set_error(TG_ERR_INVALID, "%s: %s is NULL", op, !path ? "path" : "params");
+    if (tg_params_count(params) == 0) return tg_set_error(TG_ERR_INVALID, "%s: %s: params holds no parameters", op, path);
     for (size_t i = 0; i < tg_params_count(params); i++) {
         const char *name = tg_params_get(params, i)->name, *wrong = tg_st_name_problem(name);
         if (!strncmp(name, "optim.", 6))
@@ -153,7 +153,7 @@ static tg_status check_params(const char *op, const char *path, tg_params *param
                                 name, wrong);
     }
     if (optim && tg_optim_params(optim) != params)
-        return tg_set_error(TG_ERR_INVALID, "%s: %s: the optimizer belongs to another parameter store", op, path);
+        return tg_set_error(TG_ERR_INVALID, "%s: %s: optim belongs to another parameter store than params", op, path);
     return !optim || tg_optim_matches_store(op, optim) ? TG_OK : TG_ERR_STATE;
 }
 
@@ -182,7 +182,7 @@ static bool add_metadata(cJSON *root, const tg_optim *optim, const tg_checkpoint
 {
     char step[24], optim_step[24], rng[72];
     snprintf(step, sizeof step, "%lld", (long long)(info ? info->step : 0));
-    snprintf(optim_step, sizeof optim_step, "%lld", (long long)tg_optim_step_count(optim));
+    snprintf(optim_step, sizeof optim_step, "%lld", (long long)(optim ? tg_optim_step_count(optim) : 0));
     const uint64_t *s = info ? info->rng.s : (const uint64_t[4]){0};
     snprintf(rng, sizeof rng, "%016llx %016llx %016llx %016llx", (unsigned long long)s[0], (unsigned long long)s[1],
              (unsigned long long)s[2], (unsigned long long)s[3]);
@@ -380,10 +380,12 @@ tg_status tg_checkpoint_save(const char *path, tg_params *params, const tg_optim
     const char *op = "tg_checkpoint_save";
     tg_status status = check_params(op, path, params, optim);
     if (status != TG_OK) return status;
+    if (info && (info->step < 0 || info->step > MAX_STEP))
+        return tg_set_error(TG_ERR_INVALID, "%s: %s: info step %lld is outside [0, 2^53]", op, path, (long long)info->step);
     const char *config = info && info->config ? info->config : "{}";
     cJSON *parsed = cJSON_Parse(config);
     cJSON_Delete(parsed);
-    if (!parsed) return tg_set_error(TG_ERR_INVALID, "%s: %s: the config is not valid JSON", op, path);
+    if (!parsed) return tg_set_error(TG_ERR_INVALID, "%s: %s: info config is not valid JSON", op, path);
     plan p;
     if ((status = plan_build(op, params, optim, &p)) != TG_OK) return status;
     writer w = {.op = op, .path = path, .fd = -1};
@@ -541,7 +543,7 @@ static bool match(const tg_st_header *h, plan *p, bool ignore_optim, char *probl
         if (!e && ignore_optim && !strncmp(t->name, "optim.", 6)) continue;
         if (!e) {
             snprintf(problem, size, "tensor '%s' is in the file but not in the %s", t->name,
-                     strncmp(t->name, "optim.", 6) ? "model" : "optimizer's state");
+                     strncmp(t->name, "optim.", 6) ? "model (params)" : "optimizer's state (optim)");
             return false;
         }
         bool same = t->dtype == e->dtype && t->ndim == e->param->ndim;
@@ -569,20 +571,20 @@ static bool check_optimizer(const meta *m, const tg_optim *optim, char *problem,
     const char *kind = tg_optim_kind_name(tg_optim_get_config(optim)->kind);
     if (!strcmp(m->optimizer, kind)) return true;
     if (!strcmp(m->optimizer, "none"))
-        snprintf(problem, size, "it holds no optimizer state, but a %s optimizer was given to load into", kind);
+        snprintf(problem, size, "it holds no optimizer state, but optim is a %s optimizer to load into", kind);
     else
-        snprintf(problem, size, "it holds %s optimizer state, but the optimizer given is %s", m->optimizer, kind);
+        snprintf(problem, size, "it holds %s optimizer state, but optim is %s", m->optimizer, kind);
     return false;
 }
 
-static tg_status load_fail(const char *name, const char *problem)
+static tg_status load_fail(const char *op, const char *name, const char *problem)
 {
-    return tg_set_error(TG_ERR_INVALID, "tg_checkpoint_load: %s: %s; nothing was changed", name, problem);
+    return tg_set_error(TG_ERR_INVALID, "%s: %s: %s; nothing was changed", op, name, problem);
 }
 
 /* Everything is checked before the first byte of the model changes. */
 /* file: the whole file (size bytes), whose header h was parsed. */
-static tg_status load_parsed(const char *name, const tg_st_header *h, const unsigned char *file, size_t size,
+static tg_status load_parsed(const char *op, const char *name, const tg_st_header *h, const unsigned char *file, size_t size,
                              uint64_t header_length, tg_params *params, tg_optim *optim, tg_checkpoint_info *info)
 {
     char problem[512];
@@ -591,13 +593,13 @@ static tg_status load_parsed(const char *name, const tg_st_header *h, const unsi
     if (!read_meta(h, &m, problem, sizeof problem) ||
         (m.version >= 2 && !file_crc_matches(file, size, header_length, m.crc, problem, sizeof problem)) ||
         !check_optimizer(&m, optim, problem, sizeof problem))
-        return load_fail(name, problem);
+        return load_fail(op, name, problem);
     plan p;
-    tg_status status = plan_build("tg_checkpoint_load", params, optim, &p);
+    tg_status status = plan_build(op, params, optim, &p);
     if (status != TG_OK) return status;
     if (!match(h, &p, optim == NULL, problem, sizeof problem)) {
         plan_release(&p);
-        return load_fail(name, problem);
+        return load_fail(op, name, problem);
     }
     uint32_t table[256];
     crc_table(table);
@@ -609,9 +611,9 @@ static tg_status load_parsed(const char *name, const tg_st_header *h, const unsi
         free(config);
         if (crc != m.crc) {
             snprintf(problem, sizeof problem, "the data's CRC-32 is %08x but the file says %08x (the data is corrupt)", crc, m.crc);
-            return load_fail(name, problem);
+            return load_fail(op, name, problem);
         }
-        return tg_set_error(TG_ERR_NOMEM, "tg_checkpoint_load: %s: out of memory", name);
+        return tg_set_error(TG_ERR_NOMEM, "%s: %s: out of memory", op, name);
     }
     /* Commit: only a failing device copy can stop it now. */
     for (size_t i = 0; i < p.count && status == TG_OK; i++) {
@@ -663,22 +665,29 @@ static bool check_length(const unsigned char *first, uint64_t size, uint64_t *le
     return true;
 }
 
-tg_status tg_checkpoint_load_buffer(const void *bytes, size_t size, const char *name, tg_params *params, tg_optim *optim,
-                                    tg_checkpoint_info *info)
+/* tg_checkpoint_load_buffer, with messages that name op. */
+static tg_status load_buffer(const char *op, const void *bytes, size_t size, const char *name, tg_params *params,
+                             tg_optim *optim, tg_checkpoint_info *info)
 {
-    name = name ? name : "(buffer)";
-    tg_status status = check_params("tg_checkpoint_load", name, params, optim);
+    tg_status status = check_params(op, name, params, optim);
     if (status != TG_OK) return status;
-    if (!bytes) return tg_set_error(TG_ERR_INVALID, "tg_checkpoint_load: %s: bytes is NULL", name);
+    if (!bytes) return tg_set_error(TG_ERR_INVALID, "%s: %s: bytes is NULL", op, name);
     char problem[512];
     tg_st_header h;
     uint64_t length;
     if (!check_length(size >= 8 ? bytes : NULL, size, &length, problem, sizeof problem) ||
         !tg_st_parse_header((const char *)bytes + 8, length, size - 8 - length, &h, problem, sizeof problem))
-        return load_fail(name, problem);
-    status = load_parsed(name, &h, bytes, size, length, params, optim, info);
+        return load_fail(op, name, problem);
+    status = load_parsed(op, name, &h, bytes, size, length, params, optim, info);
     tg_st_header_release(&h);
     return status;
+}
+
+tg_status tg_checkpoint_load_buffer(const void *bytes, size_t size, const char *name, tg_params *params, tg_optim *optim,
+                                    tg_checkpoint_info *info)
+{
+    if (!name) return tg_set_error(TG_ERR_INVALID, "tg_checkpoint_load_buffer: name is NULL");
+    return load_buffer("tg_checkpoint_load_buffer", bytes, size, name, params, optim, info);
 }
 
 /* Opened without blocking (a FIFO would otherwise wait for a writer before the check that
@@ -739,7 +748,7 @@ tg_status tg_checkpoint_load(const char *path, tg_params *params, tg_optim *opti
     size_t size;
     status = read_file("tg_checkpoint_load", path, &bytes, &size);
     if (status != TG_OK) return status;
-    status = tg_checkpoint_load_buffer(bytes, size, path, params, optim, info);
+    status = load_buffer("tg_checkpoint_load", bytes, size, path, params, optim, info);
     free(bytes);
     return status;
 }
@@ -747,7 +756,7 @@ tg_status tg_checkpoint_load(const char *path, tg_params *params, tg_optim *opti
 tg_status tg_checkpoint_read_info(const char *path, tg_checkpoint_info *info)
 {
     const char *op = "tg_checkpoint_read_info";
-    if (!path || !info) return tg_set_error(TG_ERR_INVALID, "%s: path and info must not be NULL", op);
+    if (!path || !info) return tg_set_error(TG_ERR_INVALID, "%s: %s is NULL", op, !path ? "path" : "info");
     int fd;
     uint64_t size, length = 0;
     tg_status status = open_regular(op, path, &fd, &size);
@@ -784,7 +793,10 @@ tg_status tg_checkpoint_read_info(const char *path, tg_checkpoint_info *info)
 
 void tg_checkpoint_info_clear(tg_checkpoint_info *info)
 {
-    if (!info) return;
+    if (!info) {
+        tg_set_error(TG_ERR_INVALID, "tg_checkpoint_info_clear: info is NULL");
+        return;
+    }
     free(info->config);
     info->config = NULL;
 }

@@ -82,7 +82,10 @@ static bool part_contains(const char *part, size_t n, const char *word)
 
 bool tg_optim_default_no_decay(const char *name)
 {
-    if (!name) return false;
+    if (!name) {
+        tg_set_error(TG_ERR_INVALID, "tg_optim_default_no_decay: name is NULL");
+        return false;
+    }
     const char *part = name;
     for (;;) {
         const char *dot = strchr(part, '.');
@@ -113,7 +116,7 @@ static bool check_config(const char *op, const tg_optim_config *c)
         problem = "beta1 and beta2 must be in [0, 1)";
     else if (c->kind == TG_OPTIM_ADAMW && (!(c->eps > 0) || !isfinite(c->eps))) problem = "eps must be finite and > 0";
     else if (isnan(tg_schedule_factor(s, 0)))
-        problem = "the schedule is invalid (kind, warmup_steps >= 0, total_steps >= warmup_steps, min_factor in [0, 1])";
+        problem = "the schedule is invalid: kind, warmup_steps >= 0, total_steps >= warmup_steps, min_factor in [0, 1]";
     if (!problem) return true;
     tg_set_error(TG_ERR_INVALID, "%s: %s (lr %g, weight_decay %g, momentum %g, beta1 %g, beta2 %g, eps %g)", op, problem,
                  c->lr, c->weight_decay, c->momentum, c->beta1, c->beta2, c->eps);
@@ -194,7 +197,7 @@ tg_optim *tg_optim_create(tg_params *params, const tg_optim_config *config)
 {
     const char *op = "tg_optim_create";
     if (!params || !config) {
-        tg_set_error(TG_ERR_INVALID, "%s: params and config must not be NULL", op);
+        tg_set_error(TG_ERR_INVALID, "%s: %s is NULL", op, !params ? "params" : "config");
         return NULL;
     }
     if (tg_params_count(params) == 0) {
@@ -361,9 +364,20 @@ tg_status tg_optim_step(tg_optim *opt, int micro_batches)
 
 /* ---- accessors ---------------------------------------------------------------------------- */
 
-int64_t tg_optim_step_count(const tg_optim *opt) { return opt ? counters(opt).step : 0; }
+/* opt is an optimizer; else the error names op. */
+static bool check_optim(const char *op, const tg_optim *opt)
+{
+    if (opt) return true;
+    tg_set_error(TG_ERR_INVALID, "%s: opt is NULL", op);
+    return false;
+}
 
-int64_t tg_optim_skipped_steps(const tg_optim *opt) { return opt ? counters(opt).skipped : 0; }
+int64_t tg_optim_step_count(const tg_optim *opt) { return check_optim("tg_optim_step_count", opt) ? counters(opt).step : -1; }
+
+int64_t tg_optim_skipped_steps(const tg_optim *opt)
+{
+    return check_optim("tg_optim_skipped_steps", opt) ? counters(opt).skipped : -1;
+}
 
 tg_status tg_optim_set_step_count(tg_optim *opt, int64_t step)
 {
@@ -375,12 +389,19 @@ tg_status tg_optim_set_step_count(tg_optim *opt, int64_t step)
 
 double tg_optim_lr(const tg_optim *opt)
 {
-    return opt ? opt->config.lr * tg_schedule_factor(&opt->config.schedule, counters(opt).step) : NAN;
+    if (!check_optim("tg_optim_lr", opt)) return NAN;
+    return opt->config.lr * tg_schedule_factor(&opt->config.schedule, counters(opt).step);
 }
 
-double tg_optim_last_grad_norm(const tg_optim *opt) { return opt ? counters(opt).last_norm : NAN; }
+double tg_optim_last_grad_norm(const tg_optim *opt)
+{
+    return check_optim("tg_optim_last_grad_norm", opt) ? counters(opt).last_norm : NAN;
+}
 
-const tg_optim_config *tg_optim_get_config(const tg_optim *opt) { return opt ? &opt->config : NULL; }
+const tg_optim_config *tg_optim_get_config(const tg_optim *opt)
+{
+    return check_optim("tg_optim_get_config", opt) ? &opt->config : NULL;
+}
 
 tg_params *tg_optim_params(const tg_optim *opt) { return opt->params; }
 
@@ -449,7 +470,7 @@ static bool check_index(const char *op, const tg_optim *opt, int index)
         return false;
     }
     if (index >= 0 && index < opt->n_groups) return true;
-    tg_set_error(TG_ERR_INVALID, "%s: group %d does not exist (there are %d)", op, index, opt->n_groups);
+    tg_set_error(TG_ERR_INVALID, "%s: index %d names no group (there are %d)", op, index, opt->n_groups);
     return false;
 }
 
@@ -472,13 +493,15 @@ tg_status tg_optim_get_group(const tg_optim *opt, int index, tg_optim_group *gro
 tg_status tg_optim_assign(tg_optim *opt, const char *pattern, int group, size_t *matched)
 {
     const char *op = "tg_optim_assign";
-    if (!check_index(op, opt, group)) return TG_ERR_INVALID;
+    if (!check_optim(op, opt)) return TG_ERR_INVALID;
+    if (group < 0 || group >= opt->n_groups)
+        return tg_set_error(TG_ERR_INVALID, "%s: group %d does not exist (there are %d)", op, group, opt->n_groups);
     if (!pattern) return tg_set_error(TG_ERR_INVALID, "%s: pattern is NULL", op);
     size_t count = 0;
     for (size_t i = 0; i < opt->n_params; i++)
         if (fnmatch(pattern, tg_params_get(opt->params, i)->name, 0) == 0) count++;
     if (matched) *matched = count;
-    if (count == 0) return tg_set_error(TG_ERR_INVALID, "%s: no parameter matches '%s'", op, pattern);
+    if (count == 0) return tg_set_error(TG_ERR_INVALID, "%s: pattern '%s' matches no parameter", op, pattern);
     for (size_t i = 0; i < opt->n_params; i++)
         if (fnmatch(pattern, tg_params_get(opt->params, i)->name, 0) == 0) opt->group_of[i] = group;
     opt->ranges_stale = true;
@@ -487,8 +510,14 @@ tg_status tg_optim_assign(tg_optim *opt, const char *pattern, int group, size_t 
 
 int tg_optim_group_of(const tg_optim *opt, const char *name)
 {
-    if (!opt || !name) return -1;
+    const char *op = "tg_optim_group_of";
+    if (!check_optim(op, opt)) return -1;
+    if (!name) {
+        tg_set_error(TG_ERR_INVALID, "%s: name is NULL", op);
+        return -1;
+    }
     for (size_t i = 0; i < opt->n_params; i++)
         if (!strcmp(tg_params_get(opt->params, i)->name, name)) return opt->group_of[i];
+    tg_set_error(TG_ERR_INVALID, "%s: name '%s' is not a parameter of the optimizer's store", op, name);
     return -1;
 }

@@ -54,7 +54,7 @@ tg_status tg_checkpoint_load_buffer(const void *bytes, size_t size, const char *
 /* Reads only the info (step, rng, config) after checking the file's layout and metadata:
  * to build the model a checkpoint's config describes before loading into it. */
 tg_status tg_checkpoint_read_info(const char *path, tg_checkpoint_info *info);
-/* Frees info->config and sets it to NULL. */
+/* Frees info->config and sets it to NULL (a NULL info sets the error). */
 void tg_checkpoint_info_clear(tg_checkpoint_info *info);
 
 #ifdef __cplusplus

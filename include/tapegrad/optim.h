@@ -43,7 +43,8 @@ typedef struct {
  *   step < W:       (step + 1) / W
  *   W ≤ step < T:   min + (1 − min) · ½ · (1 + cos(π · (step − W) / (T − W)))
  *   step ≥ T:       min
- * TG_SCHEDULE_CONSTANT uses the warm-up only (then 1); an invalid schedule gives NaN. */
+ * TG_SCHEDULE_CONSTANT uses the warm-up only (then 1); a NULL or invalid schedule, or a
+ * negative step, gives NaN and sets the error (naming the field). */
 double tg_schedule_factor(const tg_schedule *schedule, int64_t step);
 
 /* ---- gradient norm and clipping ---------------------------------------------------------
@@ -102,7 +103,8 @@ void tg_optim_free(tg_optim *opt);
 tg_status tg_optim_step(tg_optim *opt, int micro_batches);
 
 /* Steps taken so far (the next step's 0-based schedule index). On CUDA these accessors read
- * the device's counters, so they wait for the queued work. */
+ * the device's counters, so they wait for the queued work. A NULL opt sets the error and gives
+ * −1 (the counts), NaN (the rates and norms) or NULL (the config). */
 int64_t tg_optim_step_count(const tg_optim *opt);
 /* Steps that changed nothing: a clipped norm that was not finite, or (in a captured CUDA
  * step) a bad input that the device found (tg_device_check_errors names it). */
@@ -137,7 +139,7 @@ typedef struct {
     double weight_decay; /* replaces the config's for this group */
 } tg_optim_group;
 
-/* The default rule, on the name's dot-separated parts: the last part is "bias" or ends in
+/* The default rule (false, error set, for a NULL name), on the name's dot-separated parts: the last part is "bias" or ends in
  * "_bias", or is "A_log" or "D"; or any part contains "norm" or "embed", or is "ln" or
  * starts with "ln_" (biases, norm weights, SSM A_log and D, embeddings). */
 bool tg_optim_default_no_decay(const char *name);
@@ -149,7 +151,7 @@ tg_status tg_optim_get_group(const tg_optim *opt, int index, tg_optim_group *gro
  * included; '?' one character; [...] a set) into the group. Matching no parameter is an
  * error (a misspelt pattern should not pass silently); *matched (may be NULL) gets the count. */
 tg_status tg_optim_assign(tg_optim *opt, const char *pattern, int group, size_t *matched);
-/* The group of a parameter, or −1 when the store has no such name. */
+/* The group of a parameter, or −1 (error set) when the store has no such name. */
 int tg_optim_group_of(const tg_optim *opt, const char *name);
 
 #ifdef __cplusplus
