@@ -5,13 +5,17 @@
  * the sorted list of the file's characters; a character-to-id table over every possible
  * character (0x110000 code points, or 256 bytes) exists only while loading, after which
  * lookups are binary searches in the sorted list. */
+#define _POSIX_C_SOURCE 200809L /* open flags, fdopen */
 #include "core/internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 struct tg_text {
     tg_text_unit unit;
@@ -142,7 +146,7 @@ static tg_text *build(const char *fn, const char *name, const unsigned char *s, 
 {
     tg_text_options o = options ? *options : tg_text_defaults();
     if (check_options(fn, &o) != TG_OK) return NULL;
-    if (size == 0) return tg_set_error(TG_ERR_INVALID, "%s: %s is empty", fn, name), NULL;
+    if (size == 0) return tg_set_error(TG_ERR_INVALID, "%s: %s is empty (size 0)", fn, name), NULL;
     if (size > (size_t)INT64_MAX / sizeof(int32_t))
         return tg_set_error(TG_ERR_OVERFLOW, "%s: %s is too large (%zu bytes)", fn, name, size), NULL;
     int64_t range = o.unit == TG_TEXT_BYTES ? 256 : CODE_POINTS;
@@ -172,15 +176,28 @@ static tg_text *build(const char *fn, const char *name, const unsigned char *s, 
 tg_text *tg_text_from_memory(const char *data, size_t size, const tg_text_options *options)
 {
     if (!data) return tg_set_error(TG_ERR_INVALID, "tg_text_from_memory: data is NULL"), NULL;
-    return build("tg_text_from_memory", "the text", (const unsigned char *)data, size, options);
+    return build("tg_text_from_memory", "data", (const unsigned char *)data, size, options);
 }
 
 /* Reads a whole file into a malloc'd buffer, in chunks, so that pipes and files whose
  * size is not known in advance work too. */
 static unsigned char *read_file(const char *path, size_t *size)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return tg_set_error(TG_ERR_INVALID, "tg_text_load: cannot open '%s': %s", path, strerror(errno)), NULL;
+    /* Opened without waiting: a FIFO that no writer holds open reads as empty instead of
+     * blocking here forever; a pipe that has a writer is then read as usual. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || S_ISDIR(st.st_mode) || fcntl(fd, F_SETFL, 0) != 0) {
+        const char *why = fd >= 0 && S_ISDIR(st.st_mode) ? "it is a directory" : strerror(errno);
+        tg_set_error(TG_ERR_INVALID, "tg_text_load: cannot open '%s': %s", path, why);
+        if (fd >= 0) close(fd);
+        return NULL;
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return tg_set_error(TG_ERR_INVALID, "tg_text_load: cannot open '%s': %s", path, strerror(errno)), NULL;
+    }
     unsigned char *buf = NULL;
     size_t used = 0, capacity = 0;
     bool failed = false;
@@ -232,31 +249,43 @@ void tg_text_free(tg_text *text)
 
 /* ---- the vocabulary --------------------------------------------------------------------- */
 
-int64_t tg_text_vocab_size(const tg_text *text) { return text ? text->vocab : -1; }
+/* text is a corpus (and split one of its splits, when check_split); else the error names op. */
+static bool check_text(const char *op, const tg_text *text, bool check_split, tg_text_split split)
+{
+    if (!text) {
+        tg_set_error(TG_ERR_INVALID, "%s: text is NULL", op);
+        return false;
+    }
+    if (!check_split || split == TG_TEXT_TRAIN || split == TG_TEXT_VAL) return true;
+    tg_set_error(TG_ERR_INVALID, "%s: split %d is neither TG_TEXT_TRAIN nor TG_TEXT_VAL", op, (int)split);
+    return false;
+}
+
+int64_t tg_text_vocab_size(const tg_text *text) { return check_text("tg_text_vocab_size", text, false, 0) ? text->vocab : -1; }
 
 int64_t tg_text_length(const tg_text *text, tg_text_split split)
 {
-    if (!text) return -1;
-    if (split == TG_TEXT_TRAIN) return text->n_train;
-    if (split == TG_TEXT_VAL) return text->length - text->n_train;
-    return -1;
+    if (!check_text("tg_text_length", text, true, split)) return -1;
+    return split == TG_TEXT_TRAIN ? text->n_train : text->length - text->n_train;
 }
 
 const int32_t *tg_text_ids(const tg_text *text, tg_text_split split)
 {
-    if (!text || (split != TG_TEXT_TRAIN && split != TG_TEXT_VAL)) return NULL;
+    if (!check_text("tg_text_ids", text, true, split)) return NULL;
     return split == TG_TEXT_TRAIN ? text->ids : text->ids + text->n_train;
 }
 
 int64_t tg_text_char(const tg_text *text, int32_t id)
 {
-    if (!text || id < 0 || id >= text->vocab) return -1;
-    return text->chars[id];
+    if (!check_text("tg_text_char", text, false, 0)) return -1;
+    if (id >= 0 && id < text->vocab) return text->chars[id];
+    tg_set_error(TG_ERR_INVALID, "tg_text_char: id %d is outside the vocabulary [0, %lld)", id, (long long)text->vocab);
+    return -1;
 }
 
-int32_t tg_text_id(const tg_text *text, int64_t character)
+/* The id of a character, or -1 (no message). */
+static int32_t lookup_id(const tg_text *text, int64_t character)
 {
-    if (!text) return -1;
     int64_t low = 0, high = text->vocab; /* the answer, if any, is in [low, high) */
     while (low < high) {
         int64_t mid = low + (high - low) / 2;
@@ -266,7 +295,37 @@ int32_t tg_text_id(const tg_text *text, int64_t character)
     return low < text->vocab && text->chars[low] == character ? (int32_t)low : -1;
 }
 
+int32_t tg_text_id(const tg_text *text, int64_t character)
+{
+    if (!check_text("tg_text_id", text, false, 0)) return -1;
+    int32_t id = lookup_id(text, character);
+    if (id < 0) tg_set_error(TG_ERR_INVALID, "tg_text_id: character %lld is not in the vocabulary", (long long)character);
+    return id;
+}
+
 /* ---- encode and decode -------------------------------------------------------------------- */
+
+/* Encodes str into ids (when ids is not NULL, with room for all of them) and counts them
+ * into *n; the message names fn and the first character that fails. */
+static tg_status encode(const char *fn, const tg_text *text, const unsigned char *s, size_t size, int32_t *ids,
+                        int64_t *n)
+{
+    size_t pos = 0;
+    *n = 0;
+    while (pos < size) {
+        size_t at = pos;
+        int32_t c = next_char(text->unit, s, size, &pos);
+        if (c < 0) return tg_set_error(TG_ERR_INVALID, "%s: str is not valid UTF-8 at byte %zu", fn, at);
+        int32_t id = lookup_id(text, c);
+        char what[32];
+        if (id < 0)
+            return tg_set_error(TG_ERR_INVALID, "%s: %s at byte %zu of str is not in the vocabulary", fn,
+                                describe_char(text->unit, c, what, sizeof what), at);
+        if (ids) ids[*n] = id;
+        ++*n;
+    }
+    return TG_OK;
+}
 
 tg_status tg_text_encode(const tg_text *text, const char *str, size_t size, int32_t *ids, int64_t capacity,
                          int64_t *n_ids)
@@ -275,25 +334,16 @@ tg_status tg_text_encode(const tg_text *text, const char *str, size_t size, int3
     if (!text || !ids || !n_ids || (!str && size > 0))
         return tg_set_error(TG_ERR_INVALID, "%s: %s is NULL", fn,
                             !text ? "text" : !ids ? "ids" : !n_ids ? "n_ids" : "str");
-    const unsigned char *s = (const unsigned char *)str;
-    size_t pos = 0;
-    int64_t n = 0;
-    while (pos < size) {
-        size_t at = pos;
-        int32_t c = next_char(text->unit, s, size, &pos);
-        if (c < 0) return tg_set_error(TG_ERR_INVALID, "%s: the string is not valid UTF-8 at byte %zu", fn, at);
-        int32_t id = tg_text_id(text, c);
-        char what[32];
-        if (id < 0)
-            return tg_set_error(TG_ERR_INVALID, "%s: %s at byte %zu is not in the vocabulary", fn,
-                                describe_char(text->unit, c, what, sizeof what), at);
-        if (n >= capacity)
-            return tg_set_error(TG_ERR_INVALID, "%s: more than capacity %lld ids (%zu of %zu bytes read)", fn,
-                                (long long)capacity, at, size);
-        ids[n++] = id;
-    }
-    *n_ids = n;
-    return TG_OK;
+    /* A first pass checks the whole string and counts, so that a refused call writes nothing. */
+    int64_t n;
+    tg_status status = encode(fn, text, (const unsigned char *)str, size, NULL, &n);
+    if (status != TG_OK) return status;
+    if (n > capacity)
+        return tg_set_error(TG_ERR_INVALID, "%s: str holds %lld characters, more than capacity %lld", fn, (long long)n,
+                            (long long)capacity);
+    status = encode(fn, text, (const unsigned char *)str, size, ids, &n);
+    if (status == TG_OK) *n_ids = n;
+    return status;
 }
 
 tg_status tg_text_decode(const tg_text *text, const int32_t *ids, int64_t n_ids, char *out, size_t capacity,
@@ -306,8 +356,8 @@ tg_status tg_text_decode(const tg_text *text, const int32_t *ids, int64_t n_ids,
     size_t need = 0;
     for (int64_t i = 0; i < n_ids; i++) {
         if (ids[i] < 0 || ids[i] >= text->vocab)
-            return tg_set_error(TG_ERR_INVALID, "%s: id %d at position %lld is outside the vocabulary [0, %lld)", fn,
-                                ids[i], (long long)i, (long long)text->vocab);
+            return tg_set_error(TG_ERR_INVALID, "%s: ids[%lld] = %d is outside the vocabulary [0, %lld)", fn,
+                                (long long)i, ids[i], (long long)text->vocab);
         need += text->unit == TG_TEXT_BYTES ? 1 : (size_t)utf8_put(text->chars[ids[i]], NULL);
     }
     *n_bytes = need;
@@ -369,11 +419,13 @@ tg_status tg_text_batch(const tg_text *text, tg_text_split split, tg_rng *rng, i
 
 int64_t tg_text_window_count(const tg_text *text, tg_text_split split, int64_t seq_len)
 {
-    int64_t n = tg_text_length(text, split);
-    if (n < 0 || seq_len < 1) {
-        tg_set_error(TG_ERR_INVALID, "tg_text_window_count: %s", n < 0 ? "bad text or split" : "seq_len must be ≥ 1");
+    const char *op = "tg_text_window_count";
+    if (!check_text(op, text, true, split)) return -1;
+    if (seq_len < 1) {
+        tg_set_error(TG_ERR_INVALID, "%s: seq_len must be ≥ 1 (got %lld)", op, (long long)seq_len);
         return -1;
     }
+    int64_t n = tg_text_length(text, split);
     return n < 2 ? 0 : (n - 1 + seq_len - 1) / seq_len; /* ⌈(n − 1) / seq_len⌉: n − 1 characters are scored */
 }
 
@@ -388,7 +440,7 @@ tg_status tg_text_windows(const tg_text *text, tg_text_split split, int64_t firs
         return tg_set_error(TG_ERR_INVALID, "%s: the %s split has %lld characters; a window needs at least 2", fn,
                             split_name(split), (long long)n);
     if (first < 0 || first >= count)
-        return tg_set_error(TG_ERR_INVALID, "%s: window %lld is outside [0, %lld) (%s split, seq_len %lld)", fn,
+        return tg_set_error(TG_ERR_INVALID, "%s: first window %lld is outside [0, %lld) (%s split, seq_len %lld)", fn,
                             (long long)first, (long long)count, split_name(split), (long long)seq_len);
     const int32_t *ids = tg_text_ids(text, split);
     for (int64_t b = 0; b < batch; b++) {

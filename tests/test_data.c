@@ -558,7 +558,7 @@ Test(text, bad_inputs)
     char out[8];
     size_t n_bytes;
     int32_t bad_id[] = {0, 99};
-    assert_fails(tg_text_decode(text, bad_id, 2, out, sizeof out, &n_bytes), "tg_text_decode", "id 99 at position 1",
+    assert_fails(tg_text_decode(text, bad_id, 2, out, sizeof out, &n_bytes), "tg_text_decode", "ids[1] = 99",
                  NULL);
     cr_assert_eq(tg_text_encode(text, corpus, strlen(corpus), ids, 64, &n_ids), TG_OK);
     assert_fails(tg_text_decode(text, ids, n_ids, out, sizeof out, &n_bytes), "tg_text_decode", "needs 13 bytes",

@@ -84,27 +84,30 @@ typedef struct {
 typedef struct tg_text tg_text;
 
 tg_text_options tg_text_defaults(void);
-/* Reads a file (options may be NULL: defaults). NULL on failure: a missing or empty file,
- * invalid UTF-8 (the message gives the byte offset), a bad option. */
+/* Reads a file (options may be NULL: defaults). NULL on failure: a missing or empty file, a
+ * directory, invalid UTF-8 (the message gives the byte offset), a bad option. A FIFO or pipe
+ * is read until its writer closes it; one that no writer holds open reads as empty. */
 tg_text *tg_text_load(const char *path, const tg_text_options *options);
 /* The same from memory (size bytes; need not be NUL-terminated). */
 tg_text *tg_text_from_memory(const char *data, size_t size, const tg_text_options *options);
 void tg_text_free(tg_text *text);
 
+/* The queries below set the error for a NULL text or a split that does not exist, and give
+ * -1 (NULL for tg_text_ids). */
 int64_t tg_text_vocab_size(const tg_text *text);
 /* Characters in a split (or -1 for a bad argument). */
 int64_t tg_text_length(const tg_text *text, tg_text_split split);
 /* A split's ids (tg_text_length of them); NULL for a bad argument. The splits are two
  * ranges of one array: the validation ids follow the training ids in memory. */
 const int32_t *tg_text_ids(const tg_text *text, tg_text_split split);
-/* The character (code point or byte) with this id, or -1 when id is out of range. */
+/* The character (code point or byte) with this id, or -1 (error set) when id is out of range. */
 int64_t tg_text_char(const tg_text *text, int32_t id);
-/* The id of a character, or -1 when the file does not contain it. */
+/* The id of a character, or -1 (error set) when the file does not contain it. */
 int32_t tg_text_id(const tg_text *text, int64_t character);
 
 /* Text → ids. Writes at most `capacity` ids (`size` always suffices) and their count to
- * *n_ids. Fails on a character outside the vocabulary (naming it and its offset) or, in
- * UTF-8 mode, on invalid UTF-8. */
+ * *n_ids. Fails, writing nothing, on a character outside the vocabulary (naming it and its
+ * offset), in UTF-8 mode on invalid UTF-8, or when the ids would not fit. */
 tg_status tg_text_encode(const tg_text *text, const char *str, size_t size, int32_t *ids, int64_t capacity,
                          int64_t *n_ids);
 /* Ids → text, NUL-terminated. *n_bytes receives the length without the NUL. out may be
