@@ -7,6 +7,12 @@
 /* Longest parameter name a layer makes ("backbone.layers.123.mixer.dt_proj.weight" is 41). */
 enum { TG_NN_NAME_MAX = 256 };
 
+/* Whether a layer may add "<prefix>.<suffix>" for each suffix, all of dtype: a float dtype the
+ * store holds (or any, for an empty store), and names that fit, are valid and are free. Checked
+ * before the first one is added, so that a refused init adds nothing. */
+bool tg_nn_check_new_params(const char *fn, const tg_params *params, const char *prefix, tg_dtype dtype,
+                            const char *const *suffixes, int n);
+
 /* Adds "<prefix>.<suffix>" (or "<suffix>" for an empty prefix) to params. On failure the
  * message names fn and the parameter. */
 tg_tensor *tg_nn_add_param(const char *fn, tg_params *params, const char *prefix, const char *suffix, tg_dtype dtype,

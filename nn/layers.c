@@ -14,16 +14,46 @@
 
 /* ---- shared helpers --------------------------------------------------------------------- */
 
+/* "<prefix>.<suffix>" (or "<suffix>") into name; false (message naming fn) when too long. */
+static bool param_name(const char *fn, const char *prefix, const char *suffix, char *name)
+{
+    int n = snprintf(name, TG_NN_NAME_MAX, "%s%s%s", prefix, *prefix ? "." : "", suffix);
+    if (n >= 0 && n < TG_NN_NAME_MAX) return true;
+    tg_set_error(TG_ERR_INVALID, "%s: prefix '%s': the parameter name '%s.%s' is longer than %d characters", fn, prefix, prefix,
+                 suffix, TG_NN_NAME_MAX - 1);
+    return false;
+}
+
+bool tg_nn_check_new_params(const char *fn, const tg_params *params, const char *prefix, tg_dtype dtype,
+                            const char *const *suffixes, int n)
+{
+    if (!tg_dtype_is_float(dtype)) {
+        tg_set_error(TG_ERR_DTYPE, "%s: dtype must be a float dtype (f32, f64, bf16 or f16), not %s", fn,
+                     tg_dtype_name(dtype));
+        return false;
+    }
+    if (tg_params_count(params) && tg_params_get(params, 0)->dtype != dtype) {
+        tg_set_error(TG_ERR_DTYPE, "%s: dtype is %s but the store holds %s parameters", fn, tg_dtype_name(dtype),
+                     tg_dtype_name(tg_params_get(params, 0)->dtype));
+        return false;
+    }
+    char name[TG_NN_NAME_MAX];
+    for (int i = 0; i < n; i++) {
+        if (!param_name(fn, prefix, suffixes[i], name)) return false;
+        const char *wrong = tg_params_name_problem(params, name);
+        if (wrong) {
+            tg_set_error(TG_ERR_INVALID, "%s: prefix '%s': the parameter name '%s' %s", fn, prefix, name, wrong);
+            return false;
+        }
+    }
+    return true;
+}
+
 tg_tensor *tg_nn_add_param(const char *fn, tg_params *params, const char *prefix, const char *suffix, tg_dtype dtype,
                            int ndim, const int64_t *shape)
 {
     char name[TG_NN_NAME_MAX];
-    int n = snprintf(name, sizeof name, "%s%s%s", prefix, *prefix ? "." : "", suffix);
-    if (n < 0 || (size_t)n >= sizeof name) {
-        tg_set_error(TG_ERR_INVALID, "%s: the parameter name '%s.%s' is longer than %d characters", fn, prefix,
-                     suffix, TG_NN_NAME_MAX - 1);
-        return NULL;
-    }
+    if (!param_name(fn, prefix, suffix, name)) return NULL;
     tg_tensor *t = tg_params_add(params, name, dtype, ndim, shape);
     if (!t) {
         char inner[768];
@@ -93,16 +123,22 @@ tg_tensor *tg_nn_fail(tg_tape *tape, tg_tape_mark mark, const char *fn, const ch
     return NULL;
 }
 
-/* The arguments every init shares; sizes must be ≥ 1. */
+/* The arguments every init shares: no NULL, and each named size ≥ 1 (size_b may be unnamed). */
 static bool check_init(const char *fn, const void *layer, const tg_params *params, const char *prefix,
-                       int64_t size_a, int64_t size_b)
+                       const char *name_a, int64_t size_a, const char *name_b, int64_t size_b)
 {
     if (!layer || !params || !prefix) {
-        tg_set_error(TG_ERR_INVALID, "%s: layer, params and prefix must not be NULL", fn);
+        tg_set_error(TG_ERR_INVALID, "%s: %s is NULL", fn, !layer ? "layer" : !params ? "params" : "prefix");
         return false;
     }
-    if (size_a < 1 || size_b < 1) {
-        tg_set_error(TG_ERR_INVALID, "%s: '%s': sizes must be ≥ 1 (got %lld and %lld)", fn, prefix,
+    if (size_a < 1 || (name_b && size_b < 1)) {
+        tg_set_error(TG_ERR_INVALID, "%s: prefix '%s': %s must be ≥ 1 (got %lld)", fn, prefix,
+                     size_a < 1 ? name_a : name_b, (long long)(size_a < 1 ? size_a : size_b));
+        return false;
+    }
+    int64_t product;
+    if (name_b && tg_mul_overflows(size_a, size_b, &product)) {
+        tg_set_error(TG_ERR_OVERFLOW, "%s: prefix '%s': %s × %s = %lld × %lld overflows", fn, prefix, name_a, name_b,
                      (long long)size_a, (long long)size_b);
         return false;
     }
@@ -115,8 +151,11 @@ tg_status tg_nn_linear_init(tg_nn_linear *layer, tg_params *params, const char *
                             int64_t out_features, bool bias, tg_dtype dtype, tg_rng *rng)
 {
     const char *fn = "tg_nn_linear_init";
-    if (!check_init(fn, layer, params, prefix, in_features, out_features)) return TG_ERR_INVALID;
+    if (!check_init(fn, layer, params, prefix, "in_features", in_features, "out_features", out_features))
+        return TG_ERR_INVALID;
     if (!rng) return tg_set_error(TG_ERR_INVALID, "%s: rng is NULL", fn);
+    const char *const names[2] = {"weight", "bias"};
+    if (!tg_nn_check_new_params(fn, params, prefix, dtype, names, bias ? 2 : 1)) return TG_ERR_INVALID;
     tg_nn_linear made = {0};
     const int64_t shape[2] = {out_features, in_features};
     const double bound = 1.0 / sqrt((double)in_features);
@@ -163,10 +202,12 @@ tg_status tg_nn_embedding_init(tg_nn_embedding *layer, tg_params *params, const 
                                int64_t num_embeddings, int64_t dim, double std, tg_dtype dtype, tg_rng *rng)
 {
     const char *fn = "tg_nn_embedding_init";
-    if (!check_init(fn, layer, params, prefix, num_embeddings, dim)) return TG_ERR_INVALID;
+    if (!check_init(fn, layer, params, prefix, "num_embeddings", num_embeddings, "dim", dim)) return TG_ERR_INVALID;
     if (!rng) return tg_set_error(TG_ERR_INVALID, "%s: rng is NULL", fn);
     if (!(std >= 0) || !isfinite(std))
-        return tg_set_error(TG_ERR_INVALID, "%s: '%s': std must be finite and ≥ 0, got %g", fn, prefix, std);
+        return tg_set_error(TG_ERR_INVALID, "%s: prefix '%s': std must be finite and ≥ 0, got %g", fn, prefix, std);
+    const char *const names[1] = {"weight"};
+    if (!tg_nn_check_new_params(fn, params, prefix, dtype, names, 1)) return TG_ERR_INVALID;
     tg_tensor *weight = tg_nn_add_param(fn, params, prefix, "weight", dtype, 2, (int64_t[]){num_embeddings, dim});
     if (!weight) return TG_ERR_INVALID;
     tg_status status = tg_nn_fill_normal(fn, weight, rng, 0.0, std);
@@ -193,9 +234,11 @@ tg_status tg_nn_rmsnorm_init(tg_nn_rmsnorm *layer, tg_params *params, const char
                              tg_dtype dtype)
 {
     const char *fn = "tg_nn_rmsnorm_init";
-    if (!check_init(fn, layer, params, prefix, dim, 1)) return TG_ERR_INVALID;
+    if (!check_init(fn, layer, params, prefix, "dim", dim, NULL, 1)) return TG_ERR_INVALID;
     if (!(eps >= 0) || !isfinite(eps))
-        return tg_set_error(TG_ERR_INVALID, "%s: '%s': eps must be finite and ≥ 0, got %g", fn, prefix, eps);
+        return tg_set_error(TG_ERR_INVALID, "%s: prefix '%s': eps must be finite and ≥ 0, got %g", fn, prefix, eps);
+    const char *const names[1] = {"weight"};
+    if (!tg_nn_check_new_params(fn, params, prefix, dtype, names, 1)) return TG_ERR_INVALID;
     tg_tensor *weight = tg_nn_add_param(fn, params, prefix, "weight", dtype, 1, &dim);
     if (!weight) return TG_ERR_INVALID;
     tg_status status = tg_fill(weight, 1.0);

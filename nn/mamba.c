@@ -79,7 +79,7 @@ static bool sizes_fit(const char *fn, const tg_mamba_config *c)
 
 static tg_status resolve(const char *fn, const tg_mamba_config *config, tg_mamba_config *out)
 {
-    if (!config || !out) return tg_set_error(TG_ERR_INVALID, "%s: config must not be NULL", fn);
+    if (!config || !out) return tg_set_error(TG_ERR_INVALID, "%s: %s is NULL", fn, !config ? "config" : "resolved");
     tg_mamba_config c = *config;
     if (!require_positive(fn, "vocab_size", c.vocab_size) || !require_positive(fn, "d_model", c.d_model) ||
         !require_positive(fn, "n_layer", c.n_layer) || !resolve_size(fn, "d_state", &c.d_state, 16) ||
@@ -206,9 +206,15 @@ tg_status tg_mamba_mixer_init(tg_mamba_mixer *mixer, tg_params *params, const ch
     const char *fn = "tg_mamba_mixer_init";
     tg_mamba_config c;
     if (!mixer || !params || !prefix || !rng)
-        return tg_set_error(TG_ERR_INVALID, "%s: mixer, params, prefix and rng must not be NULL", fn);
+        return tg_set_error(TG_ERR_INVALID, "%s: %s is NULL", fn,
+                            !mixer ? "mixer" : !params ? "params" : !prefix ? "prefix" : "rng");
     tg_status status = resolve(fn, config, &c);
-    return status == TG_OK ? mixer_init(fn, mixer, params, prefix, &c, rng) : status;
+    if (status != TG_OK) return status;
+    static const char *const names[] = {"A_log", "D", "in_proj.weight", "conv1d.weight", "conv1d.bias",
+                                        "x_proj.weight", "dt_proj.weight", "dt_proj.bias", "out_proj.weight"};
+    if (!tg_nn_check_new_params(fn, params, prefix, c.dtype, names, (int)(sizeof names / sizeof names[0])))
+        return TG_ERR_INVALID;
+    return mixer_init(fn, mixer, params, prefix, &c, rng);
 }
 
 /* ---- the mixer: forward ---------------------------------------------------------------------- */
@@ -285,6 +291,40 @@ static tg_tensor *mixer_run(tg_tape *tape, const tg_mamba_mixer *m, tg_tensor *x
     return tg_matmul(tape, y, m->out_proj.weight, true, true);
 }
 
+/* One part of an initial state: absent, or a float tensor of the mixer's dtype and device
+ * with the given shape (B, d_inner, width). */
+static bool check_state_part(const char *fn, const char *name, const tg_tensor *part, const tg_tensor *like,
+                             int64_t B, int64_t d_inner, int64_t width)
+{
+    if (!part) return true;
+    if (!tg_check_float(fn, name, part) || !tg_check_same_kind(fn, name, part, "the mixer's parameters", like))
+        return false;
+    const int64_t shape[3] = {B, d_inner, width};
+    if (part->ndim == 3 && memcmp(part->shape, shape, sizeof shape) == 0) return true;
+    char want[64];
+    tg_error_tensors(TG_ERR_INVALID, 1, &name, &part, "%s: %s must have shape %s", fn, name,
+                     tg_shape_str(3, shape, want, sizeof want));
+    return false;
+}
+
+/* A mixer's initial state for a batch of B rows: conv (B, d_inner, d_conv − 1) and ssm
+ * (B, d_inner, d_state), either may be NULL. `name` says which state ("initial[2]"). */
+static bool check_initial_state(const char *fn, const char *name, const tg_mamba_mixer *m,
+                                const tg_mamba_state *initial, int64_t B)
+{
+    if (!initial) return true;
+    char conv[48], ssm[48];
+    snprintf(conv, sizeof conv, "%s.conv", name);
+    snprintf(ssm, sizeof ssm, "%s.ssm", name);
+    const tg_tensor *like = m->in_proj.weight;
+    if (initial->conv && m->d_conv == 1) {
+        tg_set_error(TG_ERR_INVALID, "%s: %s must be NULL: a mixer with d_conv = 1 keeps no conv state", fn, conv);
+        return false;
+    }
+    return check_state_part(fn, conv, initial->conv, like, B, m->d_inner, m->d_conv - 1) &&
+           check_state_part(fn, ssm, initial->ssm, like, B, m->d_inner, m->d_state);
+}
+
 tg_tensor *tg_mamba_mixer_forward(tg_tape *tape, const tg_mamba_mixer *mixer, tg_tensor *x,
                                   const tg_mamba_state *initial, tg_mamba_state *final)
 {
@@ -304,6 +344,7 @@ tg_tensor *tg_mamba_mixer_forward(tg_tape *tape, const tg_mamba_mixer *mixer, tg
                          (long long)mixer->d_model);
         return NULL;
     }
+    if (!check_initial_state(fn, "initial", mixer, initial, x->shape[0])) return NULL;
     tg_tape_mark mark = tg_tape_get_mark(tape);
     tg_mamba_state state = {0};
     const char *where = "";
@@ -353,11 +394,11 @@ static bool store_fits(const char *fn, const tg_params *params, tg_dtype dtype)
     for (size_t i = 0; i < tg_params_count(params); i++) {
         const tg_tensor *p = tg_params_get(params, i);
         if (strncmp(p->name, "backbone.", 9) == 0) {
-            tg_set_error(TG_ERR_INVALID, "%s: the store already holds '%s' (one model per store)", fn, p->name);
+            tg_set_error(TG_ERR_INVALID, "%s: params already holds '%s' (one model per store)", fn, p->name);
             return false;
         }
         if (p->dtype != dtype) {
-            tg_set_error(TG_ERR_DTYPE, "%s: config dtype is %s but the store holds %s parameters ('%s')", fn,
+            tg_set_error(TG_ERR_DTYPE, "%s: config dtype is %s but params holds %s parameters ('%s')", fn,
                          tg_dtype_name(dtype), tg_dtype_name(p->dtype), p->name);
             return false;
         }
@@ -389,7 +430,7 @@ tg_mamba *tg_mamba_create(const tg_mamba_config *config, tg_params *params, tg_r
     tg_mamba_config c;
     if (resolve(fn, config, &c) != TG_OK) return NULL;
     if (!params || !rng) {
-        tg_set_error(TG_ERR_INVALID, "%s: params and rng must not be NULL", fn);
+        tg_set_error(TG_ERR_INVALID, "%s: %s is NULL", fn, !params ? "params" : "rng");
         return NULL;
     }
     if (!store_fits(fn, params, c.dtype)) return NULL;
@@ -481,6 +522,11 @@ tg_tensor *tg_mamba_forward(tg_tape *tape, const tg_mamba *model, tg_tensor *ids
 {
     const char *fn = "tg_mamba_forward";
     if (!check_forward(fn, tape, model, ids)) return NULL;
+    for (int64_t i = 0; initial && i < model->config.n_layer; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "initial[%lld]", (long long)i);
+        if (!check_initial_state(fn, name, &model->layers[i].mixer, &initial[i], ids->shape[0])) return NULL;
+    }
     tg_tape_mark mark = tg_tape_get_mark(tape);
     char where[96] = "";
     /* The states go to the tape first and to the caller only once the whole forward worked. */

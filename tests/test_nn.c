@@ -746,10 +746,10 @@ Test(mamba, bad_inputs_fail_cleanly)
     tt_assert_failed_with(&s, tg_mamba_forward(tape, model, flat, NULL, NULL), op, "ids", NULL);
     tt_assert_failed_with(&s, tg_mamba_forward(tape, model, too_big, NULL, NULL), op, "embedding", "5", NULL);
     tt_assert_failed_with(&s, tg_mamba_forward(tape, model, cuda_ids, NULL, NULL), op, "device", "cuda", NULL);
-    tt_assert_failed_with(&s, tg_mamba_forward(tape, model, ids, bad_states, final), op, "layer 0 mixer", "conv1d",
-                          "initial_states", "[2, 16, 3]", NULL);
-    tt_assert_failed_with(&s, tg_mamba_forward(tape, model, ids, bad_ssm, final), op, "layer 1 mixer",
-                          "selective scan", "initial_state", "[2, 16, 3]", NULL);
+    tt_assert_failed_with(&s, tg_mamba_forward(tape, model, ids, bad_states, final), op, "initial[0].conv",
+                          "[2, 16, 3]", NULL);
+    tt_assert_failed_with(&s, tg_mamba_forward(tape, model, ids, bad_ssm, final), op, "initial[1].ssm",
+                          "[2, 16, 3]", NULL);
     cr_assert(!final[0].conv && !final[0].ssm && !final[1].ssm, "a failed forward publishes no state");
     tt_assert_failed_with(&s, tg_mamba_loss(tape, model, ids, short_targets, -1), "tg_mamba_loss", "cross-entropy",
                           "targets", NULL);

@@ -130,7 +130,8 @@ typedef struct {
 } tg_mamba_state;
 
 /* Adds the mixer's parameters (in checkpoint order: A_log, D, in_proj, conv1d, x_proj,
- * dt_proj, out_proj) and initialises them as the reference does. config must be resolved. */
+ * dt_proj, out_proj) and initialises them as the reference does. config is resolved here (zero
+ * fields take their defaults); a rejected config, store or name adds nothing. */
 tg_status tg_mamba_mixer_init(tg_mamba_mixer *mixer, tg_params *params, const char *prefix,
                               const tg_mamba_config *config, tg_rng *rng);
 /* x (B, L, d_model) → (B, L, d_model). initial and final may be NULL. */
