@@ -20,12 +20,28 @@ typedef struct {
     tg_tape *tape;
 } checked_function;
 
-/* f(inputs) on a fresh, non-recording tape. */
-static tg_status evaluate(checked_function *f, double *value)
+/* "tg_gradcheck: <what>: " in front of the message of the call that failed. */
+static tg_status failed(tg_status status, const char *what)
+{
+    char inner[768];
+    snprintf(inner, sizeof inner, "%s", tg_last_error());
+    return tg_set_error(status, "tg_gradcheck: %s: %s", what, inner);
+}
+
+/* f(inputs) on a fresh tape. */
+static tg_tensor *call_fn(checked_function *f)
 {
     tg_tape_reset(f->tape);
     tg_tensor *out = f->fn(f->tape, f->inputs, f->n_inputs, f->user_data);
-    if (!out) return TG_ERR_INVALID; /* the function's own error message stays */
+    if (!out) failed(TG_ERR_INVALID, "fn returned NULL");
+    return out;
+}
+
+/* f(inputs) on a fresh, non-recording tape. */
+static tg_status evaluate(checked_function *f, double *value)
+{
+    tg_tensor *out = call_fn(f);
+    if (!out) return TG_ERR_INVALID;
     if (tg_numel(out) != 1)
         return tg_set_error(TG_ERR_INVALID, "tg_gradcheck: the function must return one element, not %lld",
                         (long long)tg_numel(out));
@@ -36,12 +52,13 @@ static tg_status evaluate(checked_function *f, double *value)
 static tg_status check_inputs(tg_gradcheck_fn fn, tg_tensor *const *inputs, int n_inputs,
                               tg_gradcheck_result *result)
 {
-    if (!fn || !result || (n_inputs > 0 && !inputs) || n_inputs < 0)
-        return tg_set_error(TG_ERR_INVALID, "tg_gradcheck: fn, inputs and result must not be NULL");
+    if (!fn || !result || !inputs)
+        return tg_set_error(TG_ERR_INVALID, "tg_gradcheck: %s is NULL", !fn ? "fn" : !result ? "result" : "inputs");
+    if (n_inputs < 1) return tg_set_error(TG_ERR_INVALID, "tg_gradcheck: n_inputs must be ≥ 1 (got %d)", n_inputs);
     int n_checked = 0;
     for (int i = 0; i < n_inputs; i++) {
         char name[32];
-        snprintf(name, sizeof name, "input %d", i);
+        snprintf(name, sizeof name, "inputs[%d]", i);
         if (!tg_check_tensor("tg_gradcheck", name, inputs[i])) return TG_ERR_INVALID;
         if (!inputs[i]->requires_grad) continue;
         n_checked++;
@@ -52,7 +69,8 @@ static tg_status check_inputs(tg_gradcheck_fn fn, tg_tensor *const *inputs, int 
                                     "tg_gradcheck: inputs that require gradients must be f64 on the cpu");
         }
     }
-    if (!n_checked) return tg_set_error(TG_ERR_INVALID, "tg_gradcheck: no input requires a gradient");
+    if (!n_checked)
+        return tg_set_error(TG_ERR_INVALID, "tg_gradcheck: none of the %d inputs requires a gradient", n_inputs);
     return TG_OK;
 }
 
@@ -128,11 +146,10 @@ static tg_status analytic_gradients(checked_function *f, double **grads)
 {
     for (int i = 0; i < f->n_inputs; i++)
         if (f->inputs[i]->requires_grad) tg_zero_grad(f->inputs[i]);
-    tg_tape_reset(f->tape);
-    tg_tensor *loss = f->fn(f->tape, f->inputs, f->n_inputs, f->user_data);
+    tg_tensor *loss = call_fn(f);
     if (!loss) return TG_ERR_INVALID;
     tg_status status = tg_backward(f->tape, loss);
-    if (status != TG_OK) return status;
+    if (status != TG_OK) return failed(status, "the backward of fn's result");
     for (int i = 0; i < f->n_inputs; i++) {
         tg_tensor *x = f->inputs[i];
         if (!x->requires_grad) continue;
@@ -167,8 +184,13 @@ tg_status tg_gradcheck(tg_gradcheck_fn fn, tg_tensor *const *inputs, int n_input
     tg_status status = check_inputs(fn, inputs, n_inputs, result);
     if (status != TG_OK) return status;
     tg_gradcheck_options opt = options ? *options : tg_gradcheck_defaults();
-    if (!(opt.eps > 0) || opt.n_directions < 1 || opt.max_elements_per_input < 0)
-        return tg_set_error(TG_ERR_INVALID, "tg_gradcheck: eps must be > 0 and n_directions ≥ 1");
+    const char *wrong = !(opt.eps > 0) || !isfinite(opt.eps)     ? "eps must be finite and > 0"
+                        : !(opt.atol >= 0) || !isfinite(opt.atol) ? "atol must be finite and ≥ 0"
+                        : !(opt.rtol >= 0) || !isfinite(opt.rtol) ? "rtol must be finite and ≥ 0"
+                        : opt.n_directions < 1                     ? "n_directions must be ≥ 1"
+                        : opt.max_elements_per_input < 0           ? "max_elements_per_input must be ≥ 0"
+                                                                   : NULL;
+    if (wrong) return tg_set_error(TG_ERR_INVALID, "tg_gradcheck: options: %s", wrong);
     memset(result, 0, sizeof *result);
     result->worst_input = -1;
 

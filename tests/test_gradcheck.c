@@ -116,7 +116,7 @@ Test(gradcheck, rejects_bad_use)
     cr_assert_eq(tg_gradcheck(sum_loss, &x32, 1, NULL, NULL, &result), TG_ERR_DTYPE);
     cr_assert(strstr(tg_last_error(), "f64") && strstr(tg_last_error(), "f32"), "%s", tg_last_error());
     cr_assert_eq(tg_gradcheck(sum_loss, &plain, 1, NULL, NULL, &result), TG_ERR_INVALID);
-    cr_assert(strstr(tg_last_error(), "no input requires"), "%s", tg_last_error());
+    cr_assert(strstr(tg_last_error(), "none of the 1 inputs requires"), "%s", tg_last_error());
     cr_assert_eq(tg_gradcheck(NULL, &x64, 1, NULL, NULL, &result), TG_ERR_INVALID);
     cr_assert_neq(tg_gradcheck(failing_loss, &x64, 1, NULL, NULL, &result), TG_OK);
     cr_assert(strstr(tg_last_error(), "tg_add"), "the function's own error is kept: %s", tg_last_error());
