@@ -31,7 +31,8 @@ extern "C" {
 
 typedef struct {
     int64_t step; /* the training step to resume at (the caller's counter) */
-    tg_rng rng;   /* e.g. the generator that draws the batches */
+    tg_rng rng;   /* e.g. the generator that draws the batches; all zero: none saved (no
+                   * seeded generator has that state, which would give only zeros) */
     /* A JSON text describing the run (model sizes, hyperparameters). Saving: NULL saves
      * "{}". Loading: a new copy, which the caller frees with tg_checkpoint_info_clear
      * (loading overwrites *info whole and frees nothing: clear an earlier one first). */
