@@ -1,7 +1,7 @@
 /* Checkpoints: a round trip restores parameters, optimizer state (AdamW, momentum SGD,
  * the master of a bf16 store), step, generator and config; the file's names, metadata
  * and bytes read independently; a save killed halfway leaves the previous checkpoint
- * whole; damaged and mismatched files are refused with a message naming the file and the
+ * whole, and so does every one of a hundred saves killed at random moments; damaged and mismatched files are refused with a message naming the file and the
  * problem, changing nothing; training resumed from a checkpoint repeats an uninterrupted
  * run bit for bit; bad save requests. */
 #define _POSIX_C_SOURCE 200809L /* mkdtemp, fork, kill */
@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- scratch directories ---------------------------------------------------------------- */
@@ -324,6 +325,56 @@ Test(checkpoint, a_save_killed_halfway_leaves_the_previous_checkpoint)
     tg_params_free(params);
     scratch_remove(&s);
 }
+
+/* Keeps saving a or b (in turn) to path until it is killed. */
+static _Noreturn void save_forever(const char *path, tg_params *a, tg_params *b)
+{
+    for (unsigned k = 0;; k++)
+        if (tg_checkpoint_save(path, k % 2 ? b : a, NULL, NULL) != TG_OK) _exit(2);
+}
+
+/* Saves killed at random moments, a hundred times: after every kill the path holds a complete
+ * checkpoint that loads and equals one of the two the writer alternated between. */
+Test(checkpoint, every_save_killed_at_random_leaves_a_complete_checkpoint, .timeout = 240)
+{
+    scratch s = scratch_new();
+    int64_t n = 1 << 19; /* 2 MiB of f32 per store */
+    tg_params *a = tg_params_create(TG_DEVICE_CPU), *b = tg_params_create(TG_DEVICE_CPU);
+    tg_fill_normal(tg_params_add(a, "w", TG_F32, 1, &n), tt_rng(), 0, 1);
+    tg_fill_normal(tg_params_add(b, "w", TG_F32, 1, &n), tt_rng(), 0, 1);
+    cr_assert_eq(tg_checkpoint_save(s.path, a, NULL, NULL), TG_OK, "%s", tg_last_error());
+    struct timeval start, end; /* one save's time sets the range of the random delays */
+    gettimeofday(&start, NULL);
+    cr_assert_eq(tg_checkpoint_save(s.path, b, NULL, NULL), TG_OK, "%s", tg_last_error());
+    gettimeofday(&end, NULL);
+    const int64_t save_us = (end.tv_sec - start.tv_sec) * 1000000 + (end.tv_usec - start.tv_usec) + 1;
+    tg_params *loaded = tg_params_create(TG_DEVICE_CPU);
+    tg_params_add(loaded, "w", TG_F32, 1, &n);
+    const size_t bytes = (size_t)n * 4;
+    int kills = 0, matched_a = 0;
+    for (int round = 0; round < 100; round++) {
+        pid_t child = fork();
+        cr_assert_geq(child, 0, "fork failed");
+        if (child == 0) save_forever(s.path, a, b);
+        const int64_t delay_us = tt_randint(0, 3 * save_us);
+        nanosleep(&(struct timespec){delay_us / 1000000, delay_us % 1000000 * 1000}, NULL);
+        cr_assert_eq(kill(child, SIGKILL), 0);
+        int status;
+        cr_assert_eq(waitpid(child, &status, 0), child);
+        cr_assert(WIFSIGNALED(status), "round %d: the writer stopped by itself (status %d)", round, status);
+        kills++;
+        cr_assert_eq(tg_checkpoint_load(s.path, loaded, NULL, NULL), TG_OK, "round %d: %s", round, tg_last_error());
+        bool is_a = !memcmp(tg_params_data(loaded), tg_params_data(a), bytes);
+        cr_assert(is_a || !memcmp(tg_params_data(loaded), tg_params_data(b), bytes),
+                  "round %d: the file loads but holds neither checkpoint", round);
+        matched_a += is_a;
+    }
+    cr_log_info("%d saves killed (one save takes %lld us); the file held a %d times, b %d times", kills,
+                (long long)save_us, matched_a, kills - matched_a);
+    tg_params_free(a), tg_params_free(b), tg_params_free(loaded);
+    scratch_remove(&s);
+}
+
 
 /* ---- damaged and mismatched files ---------------------------------------------------------------------- */
 
