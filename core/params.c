@@ -149,8 +149,10 @@ tg_tensor *tg_params_add(tg_params *params, const char *name, tg_dtype dtype, in
     int64_t total_bytes;
     if (!tg_shape_numel(ndim, shape, &numel) || numel == 0 || params->numel > INT64_MAX / 2 - numel ||
         tg_mul_overflows(params->numel + numel, 2 * (int64_t)tg_dtype_size(dtype), &total_bytes)) {
-        tg_set_error(TG_ERR_INVALID, "%s: parameter '%s' has an invalid or too large shape %s (a negative or zero dimension, or more elements than a store can hold)", op, name,
-                 tg_shape_str(ndim, shape, text, sizeof text));
+        tg_set_error(TG_ERR_INVALID,
+                     "%s: parameter '%s' has an invalid or too large shape %s (a negative or zero dimension, "
+                     "or more elements than a store can hold)",
+                     op, name, tg_shape_str(ndim, shape, text, sizeof text));
         return NULL;
     }
     params->dtype = dtype;

@@ -320,7 +320,8 @@ tg_status tg_record(tg_tape *tape, const tg_op_record *record)
     if (!record) return tg_set_error(TG_ERR_INVALID, "tg_record: record is NULL");
     char why[160];
     const char *problem = record_problem(tape, record, why, sizeof why);
-    if (problem) return tg_set_error(TG_ERR_INVALID, "tg_record: %s (op %s)", problem, record->op ? record->op : "unnamed");
+    if (problem)
+        return tg_set_error(TG_ERR_INVALID, "tg_record: %s (op %s)", problem, record->op ? record->op : "unnamed");
     if (!tape->grad_enabled) return TG_OK;
     bool any_input_needs_grad = false;
     for (int i = 0; i < record->n_inputs; i++)

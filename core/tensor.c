@@ -57,8 +57,8 @@ bool tg_same_shape(const tg_tensor *a, const tg_tensor *b)
 char *tg_describe(const tg_tensor *t, char *buf, size_t size)
 {
     if (!buf || size == 0) {
-        tg_set_error(TG_ERR_INVALID, "tg_describe: buf is %s and size %zu; it needs room for the text", buf ? "given" : "NULL",
-                     size);
+        tg_set_error(TG_ERR_INVALID, "tg_describe: buf is %s and size %zu; it needs room for the text",
+                     buf ? "given" : "NULL", size);
         return NULL;
     }
     if (!t) {

@@ -261,7 +261,10 @@ static bool check_text(const char *op, const tg_text *text, bool check_split, tg
     return false;
 }
 
-int64_t tg_text_vocab_size(const tg_text *text) { return check_text("tg_text_vocab_size", text, false, 0) ? text->vocab : -1; }
+int64_t tg_text_vocab_size(const tg_text *text)
+{
+    return check_text("tg_text_vocab_size", text, false, 0) ? text->vocab : -1;
+}
 
 int64_t tg_text_length(const tg_text *text, tg_text_split split)
 {

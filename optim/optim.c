@@ -372,7 +372,10 @@ static bool check_optim(const char *op, const tg_optim *opt)
     return false;
 }
 
-int64_t tg_optim_step_count(const tg_optim *opt) { return check_optim("tg_optim_step_count", opt) ? counters(opt).step : -1; }
+int64_t tg_optim_step_count(const tg_optim *opt)
+{
+    return check_optim("tg_optim_step_count", opt) ? counters(opt).step : -1;
+}
 
 int64_t tg_optim_skipped_steps(const tg_optim *opt)
 {
