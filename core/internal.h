@@ -63,6 +63,11 @@ void *tg_tape_alloc_device(tg_tape *tape, tg_device device, size_t nbytes);
 /* Gives back one of the tape's device blocks before the reset (its entry stays in the tape's
  * list, empty, so marks taken earlier stay valid); false when the tape does not own ptr. */
 bool tg_tape_free_device_data(tg_tape *tape, const void *ptr);
+/* Makes every CPU tensor the tape hands out from now on (and every activation gradient made for
+ * its nodes) start with all bits set, NaN in every float dtype, instead of whatever the memory
+ * held: tg_gradcheck's tape, so that a backward that leaves an element unwritten fails. */
+void tg_tape_set_poison(tg_tape *tape, bool poison);
+bool tg_tape_poisons(const tg_tape *tape);
 /* Appends a node built by the library itself (not through tg_record). */
 void tg_tape_push_node(tg_tape *tape, tg_node *node);
 

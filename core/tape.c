@@ -44,6 +44,7 @@ struct tg_tape {
     tg_node *last;
     size_t n_nodes;
     size_t high_water; /* the most arena bytes in use at once since the last reset */
+    bool poison;       /* new CPU tensors and gradient buffers start as NaN (tg_gradcheck's tape) */
 };
 
 /* ---- arena ----------------------------------------------------------------------- */
@@ -250,6 +251,10 @@ bool tg_tape_set_grad_enabled(tg_tape *tape, bool enabled)
     tape->grad_enabled = enabled;
     return previous;
 }
+
+void tg_tape_set_poison(tg_tape *tape, bool poison) { tape->poison = poison; }
+
+bool tg_tape_poisons(const tg_tape *tape) { return tape->poison; }
 
 bool tg_tape_grad_enabled(const tg_tape *tape)
 {

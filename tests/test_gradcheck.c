@@ -1,5 +1,6 @@
 /* The gradient checker itself: it passes correct gradients, catches a wrong one and
- * reports where, covers large inputs through random directions, and rejects bad use. */
+ * reports where, covers large inputs through random directions, catches each bug class a
+ * student plants with a message that points at it, and rejects bad use. */
 #include "test_util.h"
 
 #include <math.h>
@@ -90,6 +91,136 @@ Test(gradcheck, large_inputs_use_random_directions)
     cr_assert(!result.passed, "%s", result.message);
     cr_assert_eq(result.worst_index, -1);
     tg_tape_free(tape);
+}
+
+/* ---- the bugs a student plants ------------------------------------------------------------
+ * One elementwise op on a (rows, cols) input, y = f(x), with a backward that holds one of the
+ * classic mistakes; the loss is Σ y·w for a random w, so that every dy differs. */
+typedef enum { CORRECT, DROPPED_FACTOR, WRONG_SIGN_BRANCH, BRANCH_ON_OUTPUT, LAST_UNWRITTEN, WRONG_STRIDE } bug;
+
+/* f per bug: x² for DROPPED_FACTOR and WRONG_STRIDE, |x| for WRONG_SIGN_BRANCH, x − 1 above 0 and
+ * x/2 below for BRANCH_ON_OUTPUT, tanh otherwise. */
+static double f_of(bug b, double x)
+{
+    switch (b) {
+    case DROPPED_FACTOR:
+    case WRONG_STRIDE: return x * x;
+    case WRONG_SIGN_BRANCH: return fabs(x);
+    case BRANCH_ON_OUTPUT: return x > 0 ? x - 1 : 0.5 * x;
+    default: return tanh(x);
+    }
+}
+
+static double slope_of(bug b, double x, double y)
+{
+    switch (b) {
+    case DROPPED_FACTOR: return x;                             /* the 2 of 2x is gone */
+    case WRONG_STRIDE: return 2 * x;
+    case WRONG_SIGN_BRANCH: return 1.0;                        /* x < 0 should give −1 */
+    case BRANCH_ON_OUTPUT: return y > 0 ? 1.0 : 0.5;           /* should test x > 0 */
+    default: return 1 - y * y;
+    }
+}
+
+static tg_status student_backward(tg_node *node, tg_tensor *const *dy, tg_tensor **dx)
+{
+    bug b = *(const bug *)node->ctx;
+    tg_tensor *x = node->inputs[0], *y = node->outputs[0];
+    const int64_t rows = x->shape[0], cols = x->shape[1], n = rows * cols;
+    dx[0] = tg_empty_like(node->tape, x);
+    for (int64_t e = 0; e < (b == LAST_UNWRITTEN ? n - 1 : n); e++) {
+        /* WRONG_STRIDE walks dy as if it were stored column by column */
+        int64_t from = b == WRONG_STRIDE ? (e % cols) * rows + e / cols : e;
+        double xe = tg_get_flat(x, e), ye = tg_get_flat(y, e);
+        tg_set_flat(dx[0], e, slope_of(b, xe, ye) * tg_get_flat(dy[0], from));
+    }
+    return TG_OK;
+}
+
+static tg_tensor *student_loss(tg_tape *tape, tg_tensor *const *in, int n, void *user)
+{
+    (void)n;
+    bug b = *(const bug *)user;
+    tg_tensor *x = in[0], *y = tg_empty_like(tape, x);
+    for (int64_t e = 0; e < tg_numel(x); e++) tg_set_flat(y, e, f_of(b, tg_get_flat(x, e)));
+    tg_op_record record = {"student", student_backward, &x, 1, &y, 1, &b, sizeof b};
+    if (tg_record(tape, &record) != TG_OK) return NULL;
+    return tg_sum_all(tape, tg_mul(tape, y, in[1]));
+}
+
+/* Runs the check on a fresh (3, 5) input drawn from ±[0.2, 1.8], away from every kink. */
+static tg_gradcheck_result check_student(bug b)
+{
+    tg_tape *tape = tg_tape_create();
+    const int64_t shape[2] = {3, 5};
+    tg_tensor *x = tt_leaf(tape, TG_F64, 2, shape), *w = tt_randn(tape, TG_F64, 2, shape);
+    for (int64_t e = 0; e < 15; e++) {
+        double u = tt_randint(0, 1000) / 1000.0;
+        tg_set_flat(x, e, (e % 2 ? -1 : 1) * (0.2 + 1.6 * u));
+        tg_set_flat(w, e, copysign(0.5 + fabs(tg_get_flat(w, e)), tg_get_flat(w, e)));
+    }
+    tg_set_flat(x, 1, -0.3), tg_set_flat(x, 2, 0.5), tg_set_flat(x, 4, 1.5); /* each sign, each side of 1 */
+    tg_tensor *inputs[2] = {x, w};
+    tg_gradcheck_result result;
+    cr_assert_eq(tg_gradcheck(student_loss, inputs, 2, &b, NULL, &result), TG_OK, "%s", tg_last_error());
+    tg_tape_free(tape);
+    return result;
+}
+
+Test(gradcheck, the_correct_student_op_passes)
+{
+    tg_gradcheck_result r = check_student(CORRECT);
+    cr_assert(r.passed, "%s", r.message);
+    cr_assert_eq(r.n_failed, 0);
+    cr_assert_str_eq(r.pattern, "");
+}
+
+Test(gradcheck, a_dropped_factor_fails_every_element)
+{
+    tg_gradcheck_result r = check_student(DROPPED_FACTOR);
+    cr_assert(!r.passed && r.n_failed == 15, "%s", r.message);
+    cr_assert(strstr(r.pattern, "inputs[0]: 15 of 15 elements (every one)"), "%s", r.message);
+    cr_assert_float_eq(r.analytic * 2, r.numeric, 1e-6 * fabs(r.numeric), "%s", r.message);
+}
+
+Test(gradcheck, a_wrong_sign_on_one_branch_names_the_sign)
+{
+    tg_gradcheck_result r = check_student(WRONG_SIGN_BRANCH);
+    cr_assert(!r.passed, "%s", r.message);
+    cr_assert(strstr(r.pattern, "all at negative input values"), "%s", r.message);
+    cr_assert_lt(r.worst_input_value, 0.0, "%s", r.message);
+}
+
+Test(gradcheck, branching_on_the_output_shows_in_the_input_range)
+{
+    tg_gradcheck_result r = check_student(BRANCH_ON_OUTPUT);
+    cr_assert(!r.passed, "%s", r.message);
+    /* Only inputs in (0, 1] take the wrong branch: the pattern's range says so. */
+    cr_assert(strstr(r.pattern, "all at positive input values"), "%s", r.message);
+    cr_assert(r.worst_input_value > 0 && r.worst_input_value <= 1, "%s", r.message);
+    cr_assert_lt(r.n_failed, 15, "%s", r.message);
+    cr_log_info("%s", r.message);
+}
+
+Test(gradcheck, an_unwritten_last_element_fails_loudly)
+{
+    tg_gradcheck_result r = check_student(LAST_UNWRITTEN);
+    cr_assert(!r.passed && r.n_failed == 1, "%s", r.message);
+    cr_assert(strstr(r.pattern, "(only the last one)"), "%s", r.message);
+    cr_assert(isnan(r.analytic), "the unwritten element should read NaN: %s", r.message);
+    cr_assert(r.worst_position[0] == 2 && r.worst_position[1] == 4, "%s", r.message);
+    cr_assert(strstr(r.message, "inputs[0][2, 4]"), "%s", r.message);
+}
+
+Test(gradcheck, a_wrong_stride_fails_off_the_shared_positions)
+{
+    tg_gradcheck_result r = check_student(WRONG_STRIDE);
+    /* Column-major and row-major order agree only at elements 0, 7 and 14 of (3, 5). */
+    cr_assert(!r.passed && r.n_failed >= 10 && r.n_failed <= 13, "%s", r.message);
+    cr_assert(strstr(r.message, "worst at inputs[0]["), "the worst names a multi-index: %s", r.message);
+    int64_t flat = r.worst_position[0] * 5 + r.worst_position[1];
+    cr_assert_eq(flat, r.worst_index);
+    cr_assert(flat != 0 && flat != 7 && flat != 14, "%s", r.message);
 }
 
 static tg_tensor *sum_loss(tg_tape *tape, tg_tensor *const *in, int n, void *user)

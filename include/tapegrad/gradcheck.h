@@ -9,7 +9,8 @@
  *     directional derivative Σ grad·v, so no input is skipped for size.
  * An element passes when |analytic − numeric| ≤ atol + rtol·|numeric|. Inputs that
  * require gradients must be f64 CPU tensors (other inputs, such as i32 ids, are passed
- * through unchanged). Inputs may be strided views.
+ * through unchanged). Inputs may be strided views. Every buffer the checked backward is
+ * given starts as NaN, so an element it never writes fails instead of passing by luck.
  */
 #ifndef TAPEGRAD_GRADCHECK_H
 #define TAPEGRAD_GRADCHECK_H
@@ -34,15 +35,23 @@ typedef struct {
 } tg_gradcheck_options;
 
 typedef struct {
-    bool passed;
-    int worst_input;         /* which input held the worst element (-1: none checked) */
-    int64_t worst_index;     /* its flat row-major index, or -1 for a direction */
-    int worst_direction;     /* the direction number when worst_index is -1 */
-    double analytic;         /* the two values compared there */
+    bool passed;                         /* no comparison over the tolerance */
+    int worst_input;                     /* which input held the worst element (-1: none checked) */
+    int64_t worst_index;                 /* its flat row-major index, or -1 for a direction */
+    int64_t worst_position[TG_MAX_DIMS]; /* the same as a multi-index (the input's ndim entries) */
+    double worst_input_value;            /* the input's value there (NaN for a direction) */
+    int worst_direction;                 /* the direction number when worst_index is -1 */
+    double analytic;                     /* the two values compared there */
     double numeric;
-    double worst_ratio;      /* |analytic − numeric| / (atol + rtol·|numeric|); ≤ 1 passes */
-    int64_t n_checked;       /* comparisons made */
-    char message[512];       /* a one-line summary */
+    double worst_ratio;                  /* |analytic − numeric| / (atol + rtol·|numeric|); ≤ 1 passes */
+    int64_t n_checked;                   /* comparisons made */
+    int64_t n_failed;                    /* comparisons over the tolerance */
+    /* What the failures share, per input: how many, "every one" or "only the last one", an
+     * index every failure has along a dimension, the sign and range of the input values at
+     * them (e.g. "inputs[0]: 5 of 20 elements, all with index 3 along dimension 1, all at
+     * negative input values (-1.9 to -0.2)"); "" when none failed. */
+    char pattern[256];
+    char message[768];                   /* a one-line summary, with the pattern */
 } tg_gradcheck_result;
 
 tg_gradcheck_options tg_gradcheck_defaults(void);
