@@ -27,7 +27,7 @@ exempt=" ${no_bad_input[*]} ${frees[*]} ${enum_queries[*]} "
 # declaration, after a return type, in the public headers (comments stripped first).
 functions=$(for header in "$root"/include/tapegrad/*.h; do
     sed -e 's|/\*.*\*/||g' -e '/\/\*/,/\*\//d' "$header"
-done | grep -oE '^[a-z_][a-z0-9_ ]*[ *]+tg_[a-z0-9_]+\(' | grep -oE 'tg_[a-z0-9_]+\($' | tr -d '(' | sort -u)
+done | grep -oE '^(TG_API )?[a-z_][a-z0-9_ ]*[ *]+tg_[a-z0-9_]+\(' | grep -oE 'tg_[a-z0-9_]+\($' | tr -d '(' | sort -u)
 
 count=$(echo "$functions" | wc -l)
 if [ "$count" -lt 150 ]; then

@@ -21,31 +21,31 @@ extern "C" {
 
 /* The tape functions below set the error for a NULL tape: the queries then give 0 or false,
  * the others do nothing. tg_tape_free(NULL) does nothing, as free does. */
-tg_tape *tg_tape_create(void);
-void tg_tape_free(tg_tape *tape);
+TG_API tg_tape *tg_tape_create(void);
+TG_API void tg_tape_free(tg_tape *tape);
 /* Frees every activation, activation gradient and node of the step. The arena keeps
  * its memory, so the next identical step gets identical addresses. Tensors made on
  * the tape must not be used after this. */
-void tg_tape_reset(tg_tape *tape);
+TG_API void tg_tape_reset(tg_tape *tape);
 /* Enables or disables recording; returns the previous setting. */
-bool tg_tape_set_grad_enabled(tg_tape *tape, bool enabled);
-bool tg_tape_grad_enabled(const tg_tape *tape);
-size_t tg_tape_node_count(const tg_tape *tape);
-size_t tg_tape_bytes_in_use(const tg_tape *tape);
+TG_API bool tg_tape_set_grad_enabled(tg_tape *tape, bool enabled);
+TG_API bool tg_tape_grad_enabled(const tg_tape *tape);
+TG_API size_t tg_tape_node_count(const tg_tape *tape);
+TG_API size_t tg_tape_bytes_in_use(const tg_tape *tape);
 /* The most bytes of the tape's arena in use at once since the last reset (a backward gives
  * each op's temporaries back when the op is done, so this can exceed the bytes in use). */
-size_t tg_tape_peak_bytes(const tg_tape *tape);
+TG_API size_t tg_tape_peak_bytes(const tg_tape *tape);
 
 /* Backward from a one-element loss (seeded with 1). The loss must have been recorded on this
  * tape (or be a leaf that requires a gradient); anything else is refused before any gradient
  * changes. */
-tg_status tg_backward(tg_tape *tape, tg_tensor *loss);
+TG_API tg_status tg_backward(tg_tape *tape, tg_tensor *loss);
 /* Backward from any recorded output, seeded with the given gradient (same shape, dtype and
  * device). */
-tg_status tg_backward_with_grad(tg_tape *tape, tg_tensor *output, const tg_tensor *output_grad);
+TG_API tg_status tg_backward_with_grad(tg_tape *tape, tg_tensor *output, const tg_tensor *output_grad);
 
 /* A view of x that shares its data but is cut off from the tape (no gradient flows). */
-tg_tensor *tg_detach(tg_tape *tape, tg_tensor *x);
+TG_API tg_tensor *tg_detach(tg_tape *tape, tg_tensor *x);
 
 /* ---- writing an op ------------------------------------------------------------ */
 
@@ -74,7 +74,7 @@ struct tg_node {
  * input's own gradient buffer, so the tape has nothing left to add or copy; otherwise a
  * new tensor on node->tape, which the tape adds into the gradient after the backward. The
  * backward must write every element. NULL (error set) when out of memory. */
-tg_tensor *tg_node_grad_buffer(tg_node *node, int input_index);
+TG_API tg_tensor *tg_node_grad_buffer(tg_node *node, int input_index);
 
 typedef struct {
     const char *op;
@@ -93,9 +93,9 @@ typedef struct {
  * ctx_size > 0, and an output that is not a tensor made on this tape or that an op already
  * produced (an output entry may be NULL: an optional output nobody asked for). The arrays
  * must hold as many entries as the counts say (not checkable). */
-tg_status tg_record(tg_tape *tape, const tg_op_record *record);
+TG_API tg_status tg_record(tg_tape *tape, const tg_op_record *record);
 /* False (error set) for a NULL node or an index that is not one of its inputs. */
-bool tg_node_needs_grad(const tg_node *node, int input_index);
+TG_API bool tg_node_needs_grad(const tg_node *node, int input_index);
 
 /* Arena marks, so a failing op can give back what it allocated. tg_tape_rewind refuses (error
  * set, nothing rewound) a mark that was not taken on this tape since its last reset, or one
@@ -106,12 +106,12 @@ typedef struct {
     void *arena_chunk;
     void *device_blocks;
 } tg_tape_mark;
-tg_tape_mark tg_tape_get_mark(const tg_tape *tape);
-void tg_tape_rewind(tg_tape *tape, tg_tape_mark mark);
+TG_API tg_tape_mark tg_tape_get_mark(const tg_tape *tape);
+TG_API void tg_tape_rewind(tg_tape *tape, tg_tape_mark mark);
 
 /* Raw bytes from the tape's arena (64-byte aligned, freed by reset); NULL (error set) when
  * they cannot be had. */
-void *tg_tape_alloc(tg_tape *tape, size_t nbytes);
+TG_API void *tg_tape_alloc(tg_tape *tape, size_t nbytes);
 
 /* ---- trading compute for memory ------------------------------------------------ */
 
@@ -128,14 +128,14 @@ void *tg_tape_alloc(tg_tape *tape, size_t nbytes);
  * must outlive the backward. An op reading a released tensor fails with a message that says
  * so. Does nothing when the tape is not recording. At most 8 tensors per call. */
 typedef tg_status (*tg_recompute_fn)(tg_tape *tape, const void *ctx, tg_tensor **out);
-tg_status tg_recompute_in_backward(tg_tape *tape, int n, tg_tensor *const *tensors, tg_recompute_fn fn,
-                                   const void *ctx, size_t ctx_size);
+TG_API tg_status tg_recompute_in_backward(tg_tape *tape, int n, tg_tensor *const *tensors, tg_recompute_fn fn,
+                                          const void *ctx, size_t ctx_size);
 /* Gives back, for good, activations that no later forward op and no backward reads: an op's
  * output whose consumers' backwards read only other tensors (tg_add_rmsnorm's backward reads
  * the sum, not its two terms). Same rules for `tensors` as above, and the same message for
  * an op that reads one; the caller vouches for the backwards: one that reads a given-back
  * tensor reads NaN on the CPU and no memory at all on CUDA. Works with recording on or off. */
-tg_status tg_give_back(tg_tape *tape, int n, tg_tensor *const *tensors);
+TG_API tg_status tg_give_back(tg_tape *tape, int n, tg_tensor *const *tensors);
 
 #ifdef __cplusplus
 }

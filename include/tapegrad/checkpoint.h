@@ -41,22 +41,22 @@ typedef struct {
 
 /* Saves params (and optim's state when optim is not NULL; it must belong to params) with
  * the info (NULL: step 0, a zero rng state, "{}") to path. */
-tg_status tg_checkpoint_save(const char *path, tg_params *params, const tg_optim *optim,
-                             const tg_checkpoint_info *info);
+TG_API tg_status tg_checkpoint_save(const char *path, tg_params *params, const tg_optim *optim,
+                                    const tg_checkpoint_info *info);
 
 /* Loads a checkpoint into params (every parameter must be in the file, with its dtype and
  * shape, and the file must hold no other tensor), into optim when not NULL (the file must
  * hold state of the same kind for every parameter; when optim is NULL the file's optimizer
  * state is ignored), and into info when not NULL. */
-tg_status tg_checkpoint_load(const char *path, tg_params *params, tg_optim *optim, tg_checkpoint_info *info);
+TG_API tg_status tg_checkpoint_load(const char *path, tg_params *params, tg_optim *optim, tg_checkpoint_info *info);
 /* The same from bytes in memory; `name` stands for the file in messages. */
-tg_status tg_checkpoint_load_buffer(const void *bytes, size_t size, const char *name, tg_params *params,
-                                    tg_optim *optim, tg_checkpoint_info *info);
+TG_API tg_status tg_checkpoint_load_buffer(const void *bytes, size_t size, const char *name, tg_params *params,
+                                           tg_optim *optim, tg_checkpoint_info *info);
 /* Reads only the info (step, rng, config) after checking the file's layout and metadata:
  * to build the model a checkpoint's config describes before loading into it. */
-tg_status tg_checkpoint_read_info(const char *path, tg_checkpoint_info *info);
+TG_API tg_status tg_checkpoint_read_info(const char *path, tg_checkpoint_info *info);
 /* Frees info->config and sets it to NULL (a NULL info sets the error). */
-void tg_checkpoint_info_clear(tg_checkpoint_info *info);
+TG_API void tg_checkpoint_info_clear(tg_checkpoint_info *info);
 
 #ifdef __cplusplus
 }

@@ -48,16 +48,16 @@ typedef struct {
 
 /* Fill `batch` rows of `seq_len` tokens. On bad arguments nothing is written, the rng is
  * not advanced, and the message names the function and the offending values. */
-tg_status tg_task_selective_copy_batch(const tg_selective_copy_config *config, tg_rng *rng, int64_t batch,
-                                       int64_t seq_len, int32_t *inputs, int32_t *targets);
-tg_status tg_task_induction_batch(const tg_induction_config *config, tg_rng *rng, int64_t batch,
-                                  int64_t seq_len, int32_t *inputs, int32_t *targets);
+TG_API tg_status tg_task_selective_copy_batch(const tg_selective_copy_config *config, tg_rng *rng, int64_t batch,
+                                              int64_t seq_len, int32_t *inputs, int32_t *targets);
+TG_API tg_status tg_task_induction_batch(const tg_induction_config *config, tg_rng *rng, int64_t batch,
+                                         int64_t seq_len, int32_t *inputs, int32_t *targets);
 
 /* The same, into two contiguous (batch, seq_len) TG_I32 tensors on the CPU. */
-tg_status tg_task_selective_copy_fill(const tg_selective_copy_config *config, tg_rng *rng, tg_tensor *inputs,
-                                      tg_tensor *targets);
-tg_status tg_task_induction_fill(const tg_induction_config *config, tg_rng *rng, tg_tensor *inputs,
-                                 tg_tensor *targets);
+TG_API tg_status tg_task_selective_copy_fill(const tg_selective_copy_config *config, tg_rng *rng, tg_tensor *inputs,
+                                             tg_tensor *targets);
+TG_API tg_status tg_task_induction_fill(const tg_induction_config *config, tg_rng *rng, tg_tensor *inputs,
+                                        tg_tensor *targets);
 
 /* ---- character-level text ----------------------------------------------------------------
  * A whole file held in memory as ids. A character is a Unicode code point of UTF-8 text
@@ -83,55 +83,55 @@ typedef struct {
 
 typedef struct tg_text tg_text;
 
-tg_text_options tg_text_defaults(void);
+TG_API tg_text_options tg_text_defaults(void);
 /* Reads a file (options may be NULL: defaults). NULL on failure: a missing or empty file, a
  * directory, invalid UTF-8 (the message gives the byte offset), a bad option. A FIFO or pipe
  * is read until its writer closes it; one that no writer holds open reads as empty. */
-tg_text *tg_text_load(const char *path, const tg_text_options *options);
+TG_API tg_text *tg_text_load(const char *path, const tg_text_options *options);
 /* The same from memory (size bytes; need not be NUL-terminated). */
-tg_text *tg_text_from_memory(const char *data, size_t size, const tg_text_options *options);
-void tg_text_free(tg_text *text);
+TG_API tg_text *tg_text_from_memory(const char *data, size_t size, const tg_text_options *options);
+TG_API void tg_text_free(tg_text *text);
 
 /* The queries below set the error for a NULL text or a split that does not exist, and give
  * -1 (NULL for tg_text_ids). */
-int64_t tg_text_vocab_size(const tg_text *text);
+TG_API int64_t tg_text_vocab_size(const tg_text *text);
 /* Characters in a split (or -1 for a bad argument). */
-int64_t tg_text_length(const tg_text *text, tg_text_split split);
+TG_API int64_t tg_text_length(const tg_text *text, tg_text_split split);
 /* A split's ids (tg_text_length of them); NULL for a bad argument. The splits are two
  * ranges of one array: the validation ids follow the training ids in memory. */
-const int32_t *tg_text_ids(const tg_text *text, tg_text_split split);
+TG_API const int32_t *tg_text_ids(const tg_text *text, tg_text_split split);
 /* The character (code point or byte) with this id, or -1 (error set) when id is out of range. */
-int64_t tg_text_char(const tg_text *text, int32_t id);
+TG_API int64_t tg_text_char(const tg_text *text, int32_t id);
 /* The id of a character, or -1 (error set) when the file does not contain it. */
-int32_t tg_text_id(const tg_text *text, int64_t character);
+TG_API int32_t tg_text_id(const tg_text *text, int64_t character);
 
 /* Text → ids. Writes at most `capacity` ids (`size` always suffices) and their count to
  * *n_ids. Fails, writing nothing, on a character outside the vocabulary (naming it and its
  * offset), in UTF-8 mode on invalid UTF-8, or when the ids would not fit. */
-tg_status tg_text_encode(const tg_text *text, const char *str, size_t size, int32_t *ids, int64_t capacity,
-                         int64_t *n_ids);
+TG_API tg_status tg_text_encode(const tg_text *text, const char *str, size_t size, int32_t *ids, int64_t capacity,
+                                int64_t *n_ids);
 /* Ids → text, NUL-terminated. *n_bytes receives the length without the NUL. out may be
  * NULL to ask for the length only; otherwise capacity must exceed it (4·n_ids + 1 always
  * suffices). Fails on an id outside the vocabulary. */
-tg_status tg_text_decode(const tg_text *text, const int32_t *ids, int64_t n_ids, char *out, size_t capacity,
-                         size_t *n_bytes);
+TG_API tg_status tg_text_decode(const tg_text *text, const int32_t *ids, int64_t n_ids, char *out, size_t capacity,
+                                size_t *n_bytes);
 
 /* `batch` windows of the split at uniformly drawn starts: inputs are seq_len consecutive
  * ids, targets the same window shifted one ahead (each input's next character). The
  * split must hold at least seq_len + 1 characters. */
-tg_status tg_text_batch(const tg_text *text, tg_text_split split, tg_rng *rng, int64_t batch, int64_t seq_len,
-                        int32_t *inputs, int32_t *targets);
+TG_API tg_status tg_text_batch(const tg_text *text, tg_text_split split, tg_rng *rng, int64_t batch, int64_t seq_len,
+                               int32_t *inputs, int32_t *targets);
 
 /* Sequential windows for evaluation: window w has inputs ids[w·seq_len …] and their next
  * characters as targets. The windows do not overlap and together score every character
  * of the split but the first exactly once, so the mean cross-entropy over their scored
  * positions is the split's loss per character (each window starts without context). The
  * last window may be short: its missing inputs are 0 and their targets TG_IGNORE_INDEX. */
-int64_t tg_text_window_count(const tg_text *text, tg_text_split split, int64_t seq_len);
+TG_API int64_t tg_text_window_count(const tg_text *text, tg_text_split split, int64_t seq_len);
 /* Fills rows with windows first, first + 1, …; rows past the last window are padding
  * (inputs 0, targets TG_IGNORE_INDEX). *n_rows (may be NULL) receives the real rows. */
-tg_status tg_text_windows(const tg_text *text, tg_text_split split, int64_t first, int64_t batch, int64_t seq_len,
-                          int32_t *inputs, int32_t *targets, int64_t *n_rows);
+TG_API tg_status tg_text_windows(const tg_text *text, tg_text_split split, int64_t first, int64_t batch, int64_t seq_len,
+                                 int32_t *inputs, int32_t *targets, int64_t *n_rows);
 
 #ifdef __cplusplus
 }

@@ -54,11 +54,11 @@ typedef struct {
     char message[768];                   /* a one-line summary, with the pattern */
 } tg_gradcheck_result;
 
-tg_gradcheck_options tg_gradcheck_defaults(void);
+TG_API tg_gradcheck_options tg_gradcheck_defaults(void);
 /* Returns TG_OK when the check could run (then see result->passed), or an error when
  * it could not (bad inputs, the function failed). options may be NULL (defaults). */
-tg_status tg_gradcheck(tg_gradcheck_fn fn, tg_tensor *const *inputs, int n_inputs, void *user_data,
-                       const tg_gradcheck_options *options, tg_gradcheck_result *result);
+TG_API tg_status tg_gradcheck(tg_gradcheck_fn fn, tg_tensor *const *inputs, int n_inputs, void *user_data,
+                              const tg_gradcheck_options *options, tg_gradcheck_result *result);
 
 #ifdef __cplusplus
 }

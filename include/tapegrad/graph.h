@@ -55,23 +55,23 @@ typedef struct tg_graph tg_graph;
 
 /* Starts recording the calling thread's device work. Fails on a device other than CUDA,
  * in a build without CUDA, and while another capture runs. */
-tg_status tg_graph_begin(tg_device device);
+TG_API tg_status tg_graph_begin(tg_device device);
 /* Ends the recording and makes the graph; NULL with a message when the capture failed
  * (the message names the call that broke it where the library saw it). */
-tg_graph *tg_graph_end(void);
+TG_API tg_graph *tg_graph_end(void);
 /* Queues one run of the graph (it does not wait for it). */
-tg_status tg_graph_replay(tg_graph *graph);
+TG_API tg_status tg_graph_replay(tg_graph *graph);
 /* Kernel launches and copies in the graph (0, error set, for NULL). */
-size_t tg_graph_node_count(const tg_graph *graph);
+TG_API size_t tg_graph_node_count(const tg_graph *graph);
 /* Frees the graph; the device memory it kept goes back to the allocator. NULL is fine. */
-void tg_graph_free(tg_graph *graph);
+TG_API void tg_graph_free(tg_graph *graph);
 /* Whether a capture is running on the calling thread. */
-bool tg_graph_capturing(void);
+TG_API bool tg_graph_capturing(void);
 
 /* Waits for the device and reports the first bad input a captured step's kernels found
  * since the last call (TG_ERR_INVALID, the message naming the op, the position and the
  * value), clearing it; TG_OK when there was none. On the CPU, and without CUDA, TG_OK. */
-tg_status tg_device_check_errors(tg_device device);
+TG_API tg_status tg_device_check_errors(tg_device device);
 
 #ifdef __cplusplus
 }

@@ -34,10 +34,10 @@ typedef struct {
 
 /* Adds "<prefix>.weight" and, when bias, "<prefix>.bias", both drawn as PyTorch's
  * nn.Linear draws them: uniform in ±1/√in_features. */
-tg_status tg_nn_linear_init(tg_nn_linear *layer, tg_params *params, const char *prefix, int64_t in_features,
-                            int64_t out_features, bool bias, tg_dtype dtype, tg_rng *rng);
+TG_API tg_status tg_nn_linear_init(tg_nn_linear *layer, tg_params *params, const char *prefix, int64_t in_features,
+                                   int64_t out_features, bool bias, tg_dtype dtype, tg_rng *rng);
 /* x (..., in_features) → (..., out_features). */
-tg_tensor *tg_nn_linear_forward(tg_tape *tape, const tg_nn_linear *layer, tg_tensor *x);
+TG_API tg_tensor *tg_nn_linear_forward(tg_tape *tape, const tg_nn_linear *layer, tg_tensor *x);
 
 /* ---- Embedding: rows of a (num_embeddings, dim) table --------------------------------- */
 typedef struct {
@@ -45,10 +45,10 @@ typedef struct {
 } tg_nn_embedding;
 
 /* Adds "<prefix>.weight", drawn from N(0, std²). */
-tg_status tg_nn_embedding_init(tg_nn_embedding *layer, tg_params *params, const char *prefix,
-                               int64_t num_embeddings, int64_t dim, double std, tg_dtype dtype, tg_rng *rng);
+TG_API tg_status tg_nn_embedding_init(tg_nn_embedding *layer, tg_params *params, const char *prefix,
+                                      int64_t num_embeddings, int64_t dim, double std, tg_dtype dtype, tg_rng *rng);
 /* ids: i32 of any shape S → (S..., dim). */
-tg_tensor *tg_nn_embedding_forward(tg_tape *tape, const tg_nn_embedding *layer, tg_tensor *ids);
+TG_API tg_tensor *tg_nn_embedding_forward(tg_tape *tape, const tg_nn_embedding *layer, tg_tensor *ids);
 
 /* ---- RMSNorm over the last axis: y = x / √(mean(x²) + eps) · weight ------------------- */
 typedef struct {
@@ -56,9 +56,9 @@ typedef struct {
     double eps;
 } tg_nn_rmsnorm;
 
-tg_status tg_nn_rmsnorm_init(tg_nn_rmsnorm *layer, tg_params *params, const char *prefix, int64_t dim, double eps,
-                             tg_dtype dtype);
-tg_tensor *tg_nn_rmsnorm_forward(tg_tape *tape, const tg_nn_rmsnorm *layer, tg_tensor *x);
+TG_API tg_status tg_nn_rmsnorm_init(tg_nn_rmsnorm *layer, tg_params *params, const char *prefix, int64_t dim, double eps,
+                                    tg_dtype dtype);
+TG_API tg_tensor *tg_nn_rmsnorm_forward(tg_tape *tape, const tg_nn_rmsnorm *layer, tg_tensor *x);
 
 /* ---- Mamba (nn/mamba.c) ------------------------------------------------------------------
  * The language model of Gu & Dao (2023): an embedding, n_layer residual layers
@@ -105,7 +105,7 @@ typedef struct {
 
 /* Copies config with the defaults filled in; fails (naming the field) on a value out of
  * range, a non-float dtype or sizes whose products overflow. */
-tg_status tg_mamba_config_resolve(const tg_mamba_config *config, tg_mamba_config *resolved);
+TG_API tg_status tg_mamba_config_resolve(const tg_mamba_config *config, tg_mamba_config *resolved);
 
 /* The mixer: parameter names are relative to its prefix ("backbone.layers.0.mixer"). */
 typedef struct {
@@ -132,11 +132,11 @@ typedef struct {
 /* Adds the mixer's parameters (in checkpoint order: A_log, D, in_proj, conv1d, x_proj,
  * dt_proj, out_proj) and initialises them as the reference does. config is resolved here (zero
  * fields take their defaults); a rejected config, store or name adds nothing. */
-tg_status tg_mamba_mixer_init(tg_mamba_mixer *mixer, tg_params *params, const char *prefix,
-                              const tg_mamba_config *config, tg_rng *rng);
+TG_API tg_status tg_mamba_mixer_init(tg_mamba_mixer *mixer, tg_params *params, const char *prefix,
+                                     const tg_mamba_config *config, tg_rng *rng);
 /* x (B, L, d_model) → (B, L, d_model). initial and final may be NULL. */
-tg_tensor *tg_mamba_mixer_forward(tg_tape *tape, const tg_mamba_mixer *mixer, tg_tensor *x,
-                                  const tg_mamba_state *initial, tg_mamba_state *final);
+TG_API tg_tensor *tg_mamba_mixer_forward(tg_tape *tape, const tg_mamba_mixer *mixer, tg_tensor *x,
+                                         const tg_mamba_state *initial, tg_mamba_state *final);
 
 typedef struct {
     tg_nn_rmsnorm norm;   /* "backbone.layers.<i>.norm" */
@@ -156,18 +156,18 @@ typedef struct {
  * returned struct is freed with tg_mamba_free; the parameters stay with the store. A
  * rejected config or store adds nothing; running out of memory part-way leaves the
  * parameters added until then in the store. */
-tg_mamba *tg_mamba_create(const tg_mamba_config *config, tg_params *params, tg_rng *rng);
-void tg_mamba_free(tg_mamba *model);
+TG_API tg_mamba *tg_mamba_create(const tg_mamba_config *config, tg_params *params, tg_rng *rng);
+TG_API void tg_mamba_free(tg_mamba *model);
 
 /* ids: i32 (B, L) on the model's device → logits (B, L, vocab_size). initial and final,
  * when not NULL, are arrays of n_layer states (a piece of a longer sequence: pass the
  * previous piece's final states as this one's initial states). */
-tg_tensor *tg_mamba_forward(tg_tape *tape, const tg_mamba *model, tg_tensor *ids, const tg_mamba_state *initial,
-                            tg_mamba_state *final);
+TG_API tg_tensor *tg_mamba_forward(tg_tape *tape, const tg_mamba *model, tg_tensor *ids, const tg_mamba_state *initial,
+                                   tg_mamba_state *final);
 /* The mean cross-entropy of the logits against targets (i32 (B, L)), skipping targets
  * equal to ignore_index. */
-tg_tensor *tg_mamba_loss(tg_tape *tape, const tg_mamba *model, tg_tensor *ids, tg_tensor *targets,
-                         int32_t ignore_index);
+TG_API tg_tensor *tg_mamba_loss(tg_tape *tape, const tg_mamba *model, tg_tensor *ids, tg_tensor *targets,
+                                int32_t ignore_index);
 
 #ifdef __cplusplus
 }

@@ -45,16 +45,16 @@ typedef struct {
  *   step ≥ T:       min
  * TG_SCHEDULE_CONSTANT uses the warm-up only (then 1); a NULL or invalid schedule, or a
  * negative step, gives NaN and sets the error (naming the field). */
-double tg_schedule_factor(const tg_schedule *schedule, int64_t step);
+TG_API double tg_schedule_factor(const tg_schedule *schedule, int64_t step);
 
 /* ---- gradient norm and clipping ---------------------------------------------------------
  * The global L2 norm over every gradient of the store, summed in a fixed order (double,
  * in index order on the CPU; double per-block partials added in block order on CUDA), so
  * the same gradients always give the same norm. */
-tg_status tg_params_grad_norm(tg_params *params, double *norm);
+TG_API tg_status tg_params_grad_norm(tg_params *params, double *norm);
 /* Scales all gradients by max_norm / norm when the norm exceeds max_norm (to exactly
  * max_norm, up to rounding); *norm_before (may be NULL) receives the norm before. */
-tg_status tg_params_clip_grad_norm(tg_params *params, double max_norm, double *norm_before);
+TG_API tg_status tg_params_clip_grad_norm(tg_params *params, double max_norm, double *norm_before);
 
 /* ---- optimizers ----------------------------------------------------------------------- */
 
@@ -77,16 +77,16 @@ typedef struct {
 
 /* Defaults: AdamW betas (0.9, 0.999), eps 1e-8, weight decay 0.01; SGD without momentum
  * or decay. No clipping, constant schedule. */
-tg_optim_config tg_adamw_config(double lr);
-tg_optim_config tg_sgd_config(double lr, double momentum);
+TG_API tg_optim_config tg_adamw_config(double lr);
+TG_API tg_optim_config tg_sgd_config(double lr, double momentum);
 
 typedef struct tg_optim tg_optim;
 
 /* An optimizer for every parameter the store holds now (add no parameters afterwards).
  * Its state lives on the store's device. A bf16 or f16 store gets an f32 master copy of
  * the parameters, taken now: the update runs on the master and rounds into the store. */
-tg_optim *tg_optim_create(tg_params *params, const tg_optim_config *config);
-void tg_optim_free(tg_optim *opt);
+TG_API tg_optim *tg_optim_create(tg_params *params, const tg_optim_config *config);
+TG_API void tg_optim_free(tg_optim *opt);
 
 /* One update from the gradients in the store, which hold the sum over micro_batches
  * backward calls (each of a micro-batch mean): the step uses gradients / micro_batches,
@@ -100,28 +100,28 @@ void tg_optim_free(tg_optim *opt);
  * worked out on the device, so the call returns TG_OK and tg_optim_skipped_steps tells
  * afterwards; this is what lets a whole training step be one CUDA graph (tapegrad/graph.h).
  * On the CPU the call also fails with TG_ERR_STATE, naming the norm. */
-tg_status tg_optim_step(tg_optim *opt, int micro_batches);
+TG_API tg_status tg_optim_step(tg_optim *opt, int micro_batches);
 
 /* Steps taken so far (the next step's 0-based schedule index). On CUDA these accessors read
  * the device's counters, so they wait for the queued work. A NULL opt sets the error and gives
  * −1 (the counts), NaN (the rates and norms) or NULL (the config). */
-int64_t tg_optim_step_count(const tg_optim *opt);
+TG_API int64_t tg_optim_step_count(const tg_optim *opt);
 /* Steps that changed nothing: a clipped norm that was not finite, or (in a captured CUDA
  * step) a bad input that the device found (tg_device_check_errors names it). */
-int64_t tg_optim_skipped_steps(const tg_optim *opt);
+TG_API int64_t tg_optim_skipped_steps(const tg_optim *opt);
 /* The base learning rate times the schedule factor of the next step. */
-double tg_optim_lr(const tg_optim *opt);
+TG_API double tg_optim_lr(const tg_optim *opt);
 /* The gradient norm the last step measured (before clipping; NaN when not measured). */
-double tg_optim_last_grad_norm(const tg_optim *opt);
-const tg_optim_config *tg_optim_get_config(const tg_optim *opt);
+TG_API double tg_optim_last_grad_norm(const tg_optim *opt);
+TG_API const tg_optim_config *tg_optim_get_config(const tg_optim *opt);
 /* Changes the base learning rate (and nothing else) from the next step on. This and the
  * group setters below update the device's copy of the configuration (a copy that waits),
  * so call them outside a CUDA graph capture; a graph captured before reads the new values
  * when it next runs. */
-tg_status tg_optim_set_lr(tg_optim *opt, double lr);
+TG_API tg_status tg_optim_set_lr(tg_optim *opt, double lr);
 /* Takes the master copy again from the store (bf16/f16 stores; a no-op otherwise): after
  * parameters were changed by other means than the optimizer or tg_checkpoint_load. */
-tg_status tg_optim_sync_master(tg_optim *opt);
+TG_API tg_status tg_optim_sync_master(tg_optim *opt);
 
 /* ---- parameter groups ---------------------------------------------------------------------
  * Every parameter belongs to one group; a group scales the learning rate and has its own
@@ -142,17 +142,17 @@ typedef struct {
 /* The default rule (false, error set, for a NULL name), on the name's dot-separated parts: the last part is "bias" or ends in
  * "_bias", or is "A_log" or "D"; or any part contains "norm" or "embed", or is "ln" or
  * starts with "ln_" (biases, norm weights, SSM A_log and D, embeddings). */
-bool tg_optim_default_no_decay(const char *name);
+TG_API bool tg_optim_default_no_decay(const char *name);
 /* A new group; returns its index, or −1 (with a message) when full or invalid. */
-int tg_optim_add_group(tg_optim *opt, tg_optim_group group);
-tg_status tg_optim_set_group(tg_optim *opt, int index, tg_optim_group group);
-tg_status tg_optim_get_group(const tg_optim *opt, int index, tg_optim_group *group);
+TG_API int tg_optim_add_group(tg_optim *opt, tg_optim_group group);
+TG_API tg_status tg_optim_set_group(tg_optim *opt, int index, tg_optim_group group);
+TG_API tg_status tg_optim_get_group(const tg_optim *opt, int index, tg_optim_group *group);
 /* Moves every parameter whose whole name matches the glob pattern ('*' any text, dots
  * included; '?' one character; [...] a set) into the group. Matching no parameter is an
  * error (a misspelt pattern should not pass silently); *matched (may be NULL) gets the count. */
-tg_status tg_optim_assign(tg_optim *opt, const char *pattern, int group, size_t *matched);
+TG_API tg_status tg_optim_assign(tg_optim *opt, const char *pattern, int group, size_t *matched);
 /* The group of a parameter, or −1 (error set) when the store has no such name. */
-int tg_optim_group_of(const tg_optim *opt, const char *name);
+TG_API int tg_optim_group_of(const tg_optim *opt, const char *name);
 
 #ifdef __cplusplus
 }

@@ -19,28 +19,28 @@ extern "C" {
 
 typedef struct tg_params tg_params;
 
-tg_params *tg_params_create(tg_device device);
-void tg_params_free(tg_params *params);
+TG_API tg_params *tg_params_create(tg_device device);
+TG_API void tg_params_free(tg_params *params);
 /* A new zero-filled parameter; the name is copied (used in messages and checkpoints). The
  * name must be new to the store, non-empty, valid UTF-8 without control characters, not
  * "__metadata__" and not start with "optim." (so that a checkpoint can always hold it); the
  * dtype a float one, the store's; the shape non-empty with sizes that fit. */
-tg_tensor *tg_params_add(tg_params *params, const char *name, tg_dtype dtype, int ndim,
-                         const int64_t *shape);
+TG_API tg_tensor *tg_params_add(tg_params *params, const char *name, tg_dtype dtype, int ndim,
+                                const int64_t *shape);
 /* For a NULL store, an index past the end or a name the store lacks, the queries below set
  * the error and give 0 or NULL. */
-size_t tg_params_count(const tg_params *params);
-tg_tensor *tg_params_get(const tg_params *params, size_t index);
-tg_tensor *tg_params_find(const tg_params *params, const char *name);
+TG_API size_t tg_params_count(const tg_params *params);
+TG_API tg_tensor *tg_params_get(const tg_params *params, size_t index);
+TG_API tg_tensor *tg_params_find(const tg_params *params, const char *name);
 /* Total elements over all parameters. */
-int64_t tg_params_numel(const tg_params *params);
-tg_status tg_params_zero_grad(tg_params *params);
+TG_API int64_t tg_params_numel(const tg_params *params);
+TG_API tg_status tg_params_zero_grad(tg_params *params);
 /* The flat data and gradient buffers (all parameters share one dtype per store). */
-void *tg_params_data(tg_params *params);
-void *tg_params_grad(tg_params *params);
+TG_API void *tg_params_data(tg_params *params);
+TG_API void *tg_params_grad(tg_params *params);
 
 /* Plain SGD over the whole store: p ← p − lr · grad (lr finite, or nothing changes). */
-tg_status tg_params_sgd_step(tg_params *params, double lr);
+TG_API tg_status tg_params_sgd_step(tg_params *params, double lr);
 
 #ifdef __cplusplus
 }

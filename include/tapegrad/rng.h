@@ -14,17 +14,17 @@ typedef struct {
 } tg_rng;
 
 /* A NULL rng sets the error: seeding does nothing, next returns 0, uniform and normal NaN. */
-void tg_rng_seed(tg_rng *rng, uint64_t seed);
-uint64_t tg_rng_next(tg_rng *rng);
-double tg_rng_uniform(tg_rng *rng);              /* [0, 1) */
-double tg_rng_normal(tg_rng *rng);               /* mean 0, standard deviation 1 */
+TG_API void tg_rng_seed(tg_rng *rng, uint64_t seed);
+TG_API uint64_t tg_rng_next(tg_rng *rng);
+TG_API double tg_rng_uniform(tg_rng *rng);              /* [0, 1) */
+TG_API double tg_rng_normal(tg_rng *rng);               /* mean 0, standard deviation 1 */
 /* Uniform in [0, bound); −1 (error set) for a NULL rng or bound ≤ 0. */
-int64_t tg_rng_below(tg_rng *rng, int64_t bound);
+TG_API int64_t tg_rng_below(tg_rng *rng, int64_t bound);
 
 /* Fill any float tensor (any layout). low ≤ high and stddev ≥ 0, all finite; else
  * TG_ERR_INVALID and t is unchanged. */
-tg_status tg_fill_uniform(tg_tensor *t, tg_rng *rng, double low, double high);
-tg_status tg_fill_normal(tg_tensor *t, tg_rng *rng, double mean, double stddev);
+TG_API tg_status tg_fill_uniform(tg_tensor *t, tg_rng *rng, double low, double high);
+TG_API tg_status tg_fill_normal(tg_tensor *t, tg_rng *rng, double mean, double stddev);
 
 #ifdef __cplusplus
 }
