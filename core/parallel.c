@@ -1,8 +1,11 @@
 /* core/parallel.c: CPU threads for the kernels whose work splits into independent parts
- * (the selective scan's rows). A call starts its threads and joins them before it
- * returns, so the rest of the library stays single-threaded: kernels only split work
- * whose parts write disjoint memory, and they sum across parts afterwards in a fixed
- * order, so results never depend on the number of threads. */
+ * (the selective scan's rows, conv1d's channels, RMSNorm's rows). A call hands its parts to
+ * a pool of threads, started on first use and kept, and waits until all are done before it
+ * returns, so the rest of the library stays single-threaded: kernels only split work whose
+ * parts write disjoint memory, and they sum across parts afterwards in a fixed order, so
+ * results never depend on the number of threads. Starting a thread costs tens of
+ * microseconds, waking a waiting one a few: at the small sizes, where a step makes hundreds
+ * of these calls, the pool is what keeps the threads worth having. */
 #include "internal.h"
 
 #include <pthread.h>
@@ -15,9 +18,11 @@ static int requested_threads; /* 0: the default */
 
 static int default_threads(void)
 {
+    static long online; /* asked once: sysconf reads a file each time */
+    if (!online) online = sysconf(_SC_NPROCESSORS_ONLN);
     const char *env = getenv("TG_NUM_THREADS");
     long n = env ? strtol(env, NULL, 10) : 0;
-    if (n < 1) n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1) n = online;
     return n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : (int)n;
 }
 
@@ -31,11 +36,100 @@ typedef struct {
     int64_t begin, end;
 } range_job;
 
+static void run_job(const range_job *j) { j->fn(j->context, j->begin, j->end); }
+
+/* ---- the pool --------------------------------------------------------------------------------
+ * One call at a time uses it (dispatch_lock); a call that finds it busy (another thread's, or
+ * a part that itself splits) starts threads of its own as before. Worker k runs jobs[k] of
+ * each new generation it sees, then counts itself out of `pending`. */
+static struct {
+    pthread_mutex_t dispatch_lock, lock;
+    pthread_cond_t work, done;
+    range_job jobs[MAX_THREADS];
+    int workers;       /* started so far: workers 1 .. workers */
+    int active;        /* jobs 1 .. active − 1 belong to this generation */
+    int pending;       /* workers of this generation still running */
+    unsigned generation;
+    unsigned started_at[MAX_THREADS]; /* the generation at each worker's start */
+    pid_t owner;       /* the process that started them: a forked child has none */
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER};
+
+static void *worker_main(void *arg)
+{
+    const int k = (int)(intptr_t)arg;
+    /* The generation current when it was started (no call was running then): the first it
+     * runs is the next one, however late this thread gets going. */
+    unsigned seen = pool.started_at[k];
+    pthread_mutex_lock(&pool.lock);
+    for (;;) {
+        while (pool.generation == seen) pthread_cond_wait(&pool.work, &pool.lock);
+        seen = pool.generation;
+        if (k >= pool.active) continue; /* not needed this time */
+        range_job job = pool.jobs[k];
+        pthread_mutex_unlock(&pool.lock);
+        run_job(&job);
+        pthread_mutex_lock(&pool.lock);
+        if (--pool.pending == 0) pthread_cond_signal(&pool.done);
+    }
+    return NULL;
+}
+
+/* Makes sure workers 1 .. threads − 1 exist (called holding dispatch_lock); false when
+ * they cannot be started. */
+static bool pool_ready(int threads)
+{
+    if (pool.owner != getpid()) pool.workers = 0, pool.owner = getpid(); /* after a fork */
+    while (pool.workers < threads - 1) {
+        pthread_t id;
+        pool.started_at[pool.workers + 1] = pool.generation;
+        if (pthread_create(&id, NULL, worker_main, (void *)(intptr_t)(pool.workers + 1)) != 0) return false;
+        pthread_detach(id);
+        pool.workers++;
+    }
+    return true;
+}
+
+/* Runs jobs[0 .. threads) on the pool and the calling thread; false when the pool is busy
+ * or cannot grow (nothing has run then). */
+static bool run_on_pool(const range_job *jobs, int threads)
+{
+    if (pthread_mutex_trylock(&pool.dispatch_lock) != 0) return false;
+    if (!pool_ready(threads)) {
+        pthread_mutex_unlock(&pool.dispatch_lock);
+        return false;
+    }
+    pthread_mutex_lock(&pool.lock);
+    for (int k = 1; k < threads; k++) pool.jobs[k] = jobs[k];
+    pool.active = threads;
+    pool.pending = threads - 1;
+    pool.generation++;
+    pthread_cond_broadcast(&pool.work);
+    pthread_mutex_unlock(&pool.lock);
+    run_job(&jobs[0]);
+    pthread_mutex_lock(&pool.lock);
+    while (pool.pending > 0) pthread_cond_wait(&pool.done, &pool.lock);
+    pthread_mutex_unlock(&pool.lock);
+    pthread_mutex_unlock(&pool.dispatch_lock);
+    return true;
+}
+
 static void *run_range(void *job)
 {
-    range_job *j = job;
-    j->fn(j->context, j->begin, j->end);
+    run_job(job);
     return NULL;
+}
+
+/* The way without the pool: a thread per part, joined before returning. */
+static void run_on_new_threads(range_job *jobs, int threads)
+{
+    pthread_t ids[MAX_THREADS];
+    bool started[MAX_THREADS] = {false};
+    for (int k = 1; k < threads; k++) started[k] = pthread_create(&ids[k], NULL, run_range, &jobs[k]) == 0;
+    run_job(&jobs[0]);
+    for (int k = 1; k < threads; k++) {
+        if (started[k]) pthread_join(ids[k], NULL);
+        else run_job(&jobs[k]); /* no thread to be had: this one does the work */
+    }
 }
 
 void tg_parallel_ranges(int64_t n, int64_t min_per_thread, tg_range_fn fn, void *context)
@@ -48,13 +142,6 @@ void tg_parallel_ranges(int64_t n, int64_t min_per_thread, tg_range_fn fn, void 
         return;
     }
     range_job jobs[MAX_THREADS];
-    pthread_t ids[MAX_THREADS];
-    bool started[MAX_THREADS] = {false};
     for (int64_t k = 0; k < threads; k++) jobs[k] = (range_job){fn, context, k * n / threads, (k + 1) * n / threads};
-    for (int64_t k = 1; k < threads; k++) started[k] = pthread_create(&ids[k], NULL, run_range, &jobs[k]) == 0;
-    run_range(&jobs[0]);
-    for (int64_t k = 1; k < threads; k++) {
-        if (started[k]) pthread_join(ids[k], NULL);
-        else run_range(&jobs[k]); /* no thread to be had: this one does the work */
-    }
+    if (!run_on_pool(jobs, (int)threads)) run_on_new_threads(jobs, (int)threads);
 }
