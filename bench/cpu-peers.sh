@@ -17,4 +17,5 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import torch" 2> /dev
 fi
 cmake -S . -B build-cpu-peers -DCMAKE_BUILD_TYPE=Release -DTG_CUDA=OFF > /dev/null
 cmake --build build-cpu-peers -j "$(nproc)" --target train_bench > /dev/null
+source scripts/blas-coretype.sh build-cpu-peers/bench/train_bench
 "$venv/bin/python" bench/cpu_peers.py --train-bench build-cpu-peers/bench/train_bench "$@"

@@ -13,4 +13,5 @@ if command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1; then
 fi
 cmake -S . -B build -DTG_CUDA=$cuda > /dev/null
 cmake --build build -j "$(nproc)" --target train_selective_copy
+source scripts/blas-coretype.sh build/train_selective_copy
 ./build/train_selective_copy --device auto --csv build/demo.csv "$@"
