@@ -1,6 +1,6 @@
 /* kernels/conv1d.h: the causal conv1d kernels behind ops/conv1d.c.
  *
- * Notation (DESIGN §5): x (B, C, L), weight (C, K), xe = x with K−1 steps of history in
+ * Notation (docs/causal_conv1d.md): x (B, C, L), weight (C, K), xe = x with K−1 steps of history in
  * front (initial states, or zeros), so xe[j] = history[j] for j < K−1 and
  * xe[j] = x[j − K + 1] after. z[t] = bias + Σ_k w[k]·xe[t+k]; out[t] = act(z[t]). */
 #ifndef TAPEGRAD_KERNELS_CONV1D_H
