@@ -8,8 +8,8 @@
  * paper's Table 11 prints it. A long sequence is run in pieces that hand the recurrent
  * state on (train_stream), so memory does not grow with its length.
  *
- *   ./train_induction                        about 50 minutes on two CPU cores; table to 2^12
- *   ./train_induction --seq-len 64 --steps 1500      10 minutes: trained at 2^6 instead
+ *   ./train_induction                        minutes on two CPU cores (docs/training.md); table to 2^12
+ *   ./train_induction --seq-len 64 --steps 1500      shorter: trained at 2^6 instead
  *   ./train_induction --device cuda --eval-max-log2 20              the paper's whole range */
 #include "train_common.h"
 
