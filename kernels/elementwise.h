@@ -19,6 +19,7 @@ typedef enum {
     TG_UNARY_SILU,
     TG_UNARY_SOFTPLUS,
     TG_UNARY_RELU,
+    TG_UNARY_COUNT, /* not an op: how many there are (the CUDA side asserts it has them all) */
 } tg_unary_op;
 
 typedef enum {
@@ -26,6 +27,7 @@ typedef enum {
     TG_BINARY_SUB,
     TG_BINARY_MUL,
     TG_BINARY_DIV,
+    TG_BINARY_COUNT, /* not an op: how many there are */
 } tg_binary_op;
 
 /* y = f(x); y is contiguous with x's shape. */

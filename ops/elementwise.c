@@ -85,6 +85,7 @@ static tg_status binary_backward(tg_node *node, tg_tensor *const *dy, tg_tensor 
         if (tg_node_needs_grad(node, 0)) da = tg_div(tape, g, b);
         if (tg_node_needs_grad(node, 1)) db = tg_neg(tape, tg_div(tape, tg_mul(tape, g, node->outputs[0]), b));
         break;
+    case TG_BINARY_COUNT: return tg_set_error(TG_ERR_INVALID, "binary backward: op %d does not exist", (int)ctx->op);
     }
     if (tg_node_needs_grad(node, 0) && !(dx[0] = unbroadcast(tape, da, a))) return TG_ERR_NOMEM;
     if (tg_node_needs_grad(node, 1) && !(dx[1] = unbroadcast(tape, db, b))) return TG_ERR_NOMEM;

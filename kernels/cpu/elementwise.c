@@ -28,6 +28,7 @@ static double unary(tg_unary_op op, double param, double x)
     case TG_UNARY_SILU: return x * tg_sigmoid_of(x);
     case TG_UNARY_SOFTPLUS: return fmax(x, 0.0) + log1p(exp(-fabs(x))); /* log(1 + eˣ), stable */
     case TG_UNARY_RELU: return x > 0 ? x : 0.0;
+    case TG_UNARY_COUNT: break;
     }
     return NAN;
 }
@@ -45,6 +46,7 @@ static double unary_derivative(tg_unary_op op, double param, double x, double y)
     case TG_UNARY_SILU: return tg_silu_derivative(x);
     case TG_UNARY_SOFTPLUS: return tg_sigmoid_of(x);
     case TG_UNARY_RELU: return x > 0 ? 1.0 : 0.0;
+    case TG_UNARY_COUNT: break;
     }
     return NAN;
 }
@@ -92,6 +94,7 @@ static double binary(tg_binary_op op, double a, double b)
     case TG_BINARY_SUB: return a - b;
     case TG_BINARY_MUL: return a * b;
     case TG_BINARY_DIV: return a / b;
+    case TG_BINARY_COUNT: break;
     }
     return NAN;
 }

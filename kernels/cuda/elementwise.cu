@@ -15,7 +15,7 @@ template <typename C> __device__ inline C sigmoid_of(C x)
     return e / (C(1) + e);
 }
 
-template <typename C> __device__ inline C unary_value(int op, C param, C x)
+template <typename C> __device__ inline C unary_value(tg_unary_op op, C param, C x)
 {
     switch (op) {
     case TG_UNARY_SCALE: return param * x;
@@ -33,7 +33,7 @@ template <typename C> __device__ inline C unary_value(int op, C param, C x)
 }
 
 // d f(x) / dx, written with y = f(x) where that is cheaper.
-template <typename C> __device__ inline C unary_derivative(int op, C param, C x, C y)
+template <typename C> __device__ inline C unary_derivative(tg_unary_op op, C param, C x, C y)
 {
     switch (op) {
     case TG_UNARY_SCALE: return param;
@@ -52,7 +52,7 @@ template <typename C> __device__ inline C unary_derivative(int op, C param, C x,
     return C(NAN);
 }
 
-template <typename C> __device__ inline C binary_value(int op, C a, C b)
+template <typename C> __device__ inline C binary_value(tg_binary_op op, C a, C b)
 {
     switch (op) {
     case TG_BINARY_ADD: return a + b;
@@ -67,13 +67,13 @@ template <typename C> __device__ inline C binary_value(int op, C a, C b)
 // Operand order in the tg_strided plans: unary forward (x, y), unary backward
 // (x, y, dy, dx), binary (a, b, out). Dense kernels take plain pointers to element 0.
 
-template <typename T> __global__ void unary_fwd_dense(int op, float param, const T *x, T *y, int64_t n)
+template <typename T> __global__ void unary_fwd_dense(tg_unary_op op, float param, const T *x, T *y, int64_t n)
 {
     for (int64_t i = tg_global_index(); i < n; i += tg_global_stride())
         y[i] = tg_from_float<T>(unary_value(op, param, tg_to_float(x[i])));
 }
 
-__global__ void unary_fwd_strided(int op, double param, tg_strided<2> plan, int64_t n)
+__global__ void unary_fwd_strided(tg_unary_op op, double param, tg_strided<2> plan, int64_t n)
 {
     for (int64_t i = tg_global_index(); i < n; i += tg_global_stride()) {
         int64_t at[2];
@@ -84,7 +84,7 @@ __global__ void unary_fwd_strided(int op, double param, tg_strided<2> plan, int6
 }
 
 template <typename T>
-__global__ void unary_bwd_dense(int op, float param, const T *x, const T *y, const T *dy, T *dx, int64_t n)
+__global__ void unary_bwd_dense(tg_unary_op op, float param, const T *x, const T *y, const T *dy, T *dx, int64_t n)
 {
     for (int64_t i = tg_global_index(); i < n; i += tg_global_stride()) {
         float d = unary_derivative(op, param, tg_to_float(x[i]), tg_to_float(y[i]));
@@ -92,7 +92,7 @@ __global__ void unary_bwd_dense(int op, float param, const T *x, const T *y, con
     }
 }
 
-__global__ void unary_bwd_strided(int op, double param, tg_strided<4> plan, int64_t n)
+__global__ void unary_bwd_strided(tg_unary_op op, double param, tg_strided<4> plan, int64_t n)
 {
     for (int64_t i = tg_global_index(); i < n; i += tg_global_stride()) {
         int64_t at[4];
@@ -104,13 +104,13 @@ __global__ void unary_bwd_strided(int op, double param, tg_strided<4> plan, int6
     }
 }
 
-template <typename T> __global__ void binary_dense(int op, const T *a, const T *b, T *out, int64_t n)
+template <typename T> __global__ void binary_dense(tg_binary_op op, const T *a, const T *b, T *out, int64_t n)
 {
     for (int64_t i = tg_global_index(); i < n; i += tg_global_stride())
         out[i] = tg_from_float<T>(binary_value(op, tg_to_float(a[i]), tg_to_float(b[i])));
 }
 
-__global__ void binary_strided(int op, tg_strided<3> plan, int64_t n)
+__global__ void binary_strided(tg_binary_op op, tg_strided<3> plan, int64_t n)
 {
     for (int64_t i = tg_global_index(); i < n; i += tg_global_stride()) {
         int64_t at[3];
@@ -123,16 +123,21 @@ __global__ void binary_strided(int op, tg_strided<3> plan, int64_t n)
 
 // ---- host side ------------------------------------------------------------------------------
 
+// The device switches above cannot warn about a missing case (nvcc checks none in device
+// code): a new kind changes the count, and this fails until it has its cases and its name.
+static_assert(TG_UNARY_COUNT == 9, "a new tg_unary_op needs its cases in unary_value and unary_derivative");
+static_assert(TG_BINARY_COUNT == 4, "a new tg_binary_op needs its case in binary_value");
+
 static const char *unary_name(tg_unary_op op)
 {
-    static const char *const names[] = {"tg_scale", "tg_neg",  "tg_exp",      "tg_log", "tg_tanh",
-                                        "tg_sigmoid", "tg_silu", "tg_softplus", "tg_relu"};
+    static const char *const names[TG_UNARY_COUNT] = {"tg_scale",   "tg_neg",  "tg_exp",      "tg_log", "tg_tanh",
+                                                      "tg_sigmoid", "tg_silu", "tg_softplus", "tg_relu"};
     return (unsigned)op < sizeof names / sizeof names[0] ? names[op] : "unary op";
 }
 
 static const char *binary_name(tg_binary_op op)
 {
-    static const char *const names[] = {"tg_add", "tg_sub", "tg_mul", "tg_div"};
+    static const char *const names[TG_BINARY_COUNT] = {"tg_add", "tg_sub", "tg_mul", "tg_div"};
     return (unsigned)op < sizeof names / sizeof names[0] ? names[op] : "binary op";
 }
 
@@ -146,7 +151,7 @@ template <int N> static bool dense_in_one_dtype(const tg_strided<N> &plan, tg_dt
     return dtype == TG_F32 || dtype == TG_BF16 || dtype == TG_F16;
 }
 
-template <typename T> static void launch_unary_fwd(int op, double param, const tg_strided<2> &p, int64_t n)
+template <typename T> static void launch_unary_fwd(tg_unary_op op, double param, const tg_strided<2> &p, int64_t n)
 {
     unary_fwd_dense<T><<<tg_blocks_for(n), TG_THREADS>>>(op, (float)param, (const T *)p.data[0], (T *)p.data[1], n);
 }
@@ -160,17 +165,17 @@ extern "C" tg_status tg_cuda_unary_fwd(tg_unary_op op, double param, const tg_te
     tg_strided_bind(plan, 0, x);
     tg_strided_bind(plan, 1, y);
     if (!dense_in_one_dtype(plan, x->dtype))
-        unary_fwd_strided<<<tg_blocks_for(n), TG_THREADS>>>((int)op, param, plan, n);
+        unary_fwd_strided<<<tg_blocks_for(n), TG_THREADS>>>(op, param, plan, n);
     else if (x->dtype == TG_F32)
-        launch_unary_fwd<float>((int)op, param, plan, n);
+        launch_unary_fwd<float>(op, param, plan, n);
     else if (x->dtype == TG_BF16)
-        launch_unary_fwd<__nv_bfloat16>((int)op, param, plan, n);
+        launch_unary_fwd<__nv_bfloat16>(op, param, plan, n);
     else
-        launch_unary_fwd<__half>((int)op, param, plan, n);
+        launch_unary_fwd<__half>(op, param, plan, n);
     return tg_cuda_check_launch(unary_name(op));
 }
 
-template <typename T> static void launch_unary_bwd(int op, double param, const tg_strided<4> &p, int64_t n)
+template <typename T> static void launch_unary_bwd(tg_unary_op op, double param, const tg_strided<4> &p, int64_t n)
 {
     unary_bwd_dense<T><<<tg_blocks_for(n), TG_THREADS>>>(op, (float)param, (const T *)p.data[0], (const T *)p.data[1],
                                                          (const T *)p.data[2], (T *)p.data[3], n);
@@ -188,17 +193,17 @@ extern "C" tg_status tg_cuda_unary_bwd(tg_unary_op op, double param, const tg_te
     tg_strided_bind(plan, 2, dy);
     tg_strided_bind(plan, 3, dx);
     if (!dense_in_one_dtype(plan, x->dtype))
-        unary_bwd_strided<<<tg_blocks_for(n), TG_THREADS>>>((int)op, param, plan, n);
+        unary_bwd_strided<<<tg_blocks_for(n), TG_THREADS>>>(op, param, plan, n);
     else if (x->dtype == TG_F32)
-        launch_unary_bwd<float>((int)op, param, plan, n);
+        launch_unary_bwd<float>(op, param, plan, n);
     else if (x->dtype == TG_BF16)
-        launch_unary_bwd<__nv_bfloat16>((int)op, param, plan, n);
+        launch_unary_bwd<__nv_bfloat16>(op, param, plan, n);
     else
-        launch_unary_bwd<__half>((int)op, param, plan, n);
+        launch_unary_bwd<__half>(op, param, plan, n);
     return tg_cuda_check_launch(unary_name(op));
 }
 
-template <typename T> static void launch_binary(int op, const tg_strided<3> &p, int64_t n)
+template <typename T> static void launch_binary(tg_binary_op op, const tg_strided<3> &p, int64_t n)
 {
     binary_dense<T><<<tg_blocks_for(n), TG_THREADS>>>(op, (const T *)p.data[0], (const T *)p.data[1], (T *)p.data[2],
                                                       n);
@@ -217,12 +222,12 @@ extern "C" tg_status tg_cuda_binary_fwd(tg_binary_op op, const tg_tensor *a, con
     tg_strided_bind(plan, 1, b);
     tg_strided_bind(plan, 2, out);
     if (!dense_in_one_dtype(plan, out->dtype))
-        binary_strided<<<tg_blocks_for(n), TG_THREADS>>>((int)op, plan, n);
+        binary_strided<<<tg_blocks_for(n), TG_THREADS>>>(op, plan, n);
     else if (out->dtype == TG_F32)
-        launch_binary<float>((int)op, plan, n);
+        launch_binary<float>(op, plan, n);
     else if (out->dtype == TG_BF16)
-        launch_binary<__nv_bfloat16>((int)op, plan, n);
+        launch_binary<__nv_bfloat16>(op, plan, n);
     else
-        launch_binary<__half>((int)op, plan, n);
+        launch_binary<__half>(op, plan, n);
     return tg_cuda_check_launch(binary_name(op));
 }
