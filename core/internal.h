@@ -152,10 +152,28 @@ void tg_dense_strides_like(const tg_tensor *x, int64_t *strides);
  * contiguous: core/grad.c) is contiguous. */
 bool tg_activation_grad_is_contiguous(const tg_tensor *t);
 
+/* tg_dtype_size inline (0 for an invalid dtype): kernels ask for it on every row they stage. */
+#ifdef __cplusplus
+static_assert(TG_DTYPE_COUNT == 5, "tg_element_size lists every dtype");
+#else
+_Static_assert(TG_DTYPE_COUNT == 5, "tg_element_size lists every dtype");
+#endif
+static inline int64_t tg_element_size(tg_dtype dtype)
+{
+    switch (dtype) {
+    case TG_F64: return 8;
+    case TG_F32:
+    case TG_I32: return 4;
+    case TG_BF16:
+    case TG_F16: return 2;
+    default: return 0;
+    }
+}
+
 /* Element pointer helpers for CPU kernels: base address of element 0 of the view. */
 static inline char *tg_bytes(const tg_tensor *t)
 {
-    return (char *)t->storage->data + t->offset * (int64_t)tg_dtype_size(t->dtype);
+    return (char *)t->storage->data + t->offset * tg_element_size(t->dtype);
 }
 
 static inline double tg_load(const void *base, tg_dtype dtype, int64_t i)
