@@ -445,10 +445,12 @@ Test(scan, bf16_results_do_not_depend_on_the_thread_count) { thread_count_change
 /* A storage dtype against f64 runs on the same inputs (rounded to that dtype first), so
  * only the rounding of results and saved states is measured, not the conditioning of
  * the sums: output, final state and every gradient. */
-static void check_against_f64(tg_dtype dtype, double tol)
+static void check_case_against_f64(tg_dtype dtype, double tol, bool strided)
 {
     tg_tape *tape = tg_tape_create();
-    scan_case c = {tt_randint(1, 3), tt_randint(1, 8), tt_randint(1, 8), tt_randint(1, 80), tt_randint(1, 16), false,
+    /* D to 40: whole and partial groups of the float path's 16 channels; L to 80: whole and
+     * partial blocks of 16 steps */
+    scan_case c = {tt_randint(1, 3), tt_randint(1, 40), tt_randint(1, 8), tt_randint(1, 80), tt_randint(1, 16), strided,
                    {true, true, true, true, true, true, false}};
     scan_inputs low = make_inputs(tape, dtype, &c), in64;
     tg_tensor **lows[9] = {&low.u, &low.delta, &low.A, &low.Bm, &low.Cm, &low.Dv, &low.z, &low.bias, &low.init};
@@ -477,6 +479,12 @@ static void check_against_f64(tg_dtype dtype, double tol)
         cr_assert_lt(tt_rel_error((*lows[i])->grad, (*f64[i])->grad), tol, "%s %s: gradient of input %d",
                      tg_dtype_name(dtype), what, i);
     tg_tape_free(tape);
+}
+
+/* Four cases: contiguous inputs (the float path's staging by blocks) and strided ones. */
+static void check_against_f64(tg_dtype dtype, double tol)
+{
+    for (int k = 0; k < 4; k++) check_case_against_f64(dtype, tol, k % 2 == 1);
 }
 
 Test(scan, f32_matches_f64) { check_against_f64(TG_F32, 1e-5); }

@@ -132,25 +132,100 @@ static void store_run(tg_tensor *v, int64_t at, int64_t step, int64_t count, con
 typedef struct {
     int64_t b, d0, channels, N, L; /* channels: the group's real ones (≤ G) */
     float *Bt, *Ct;                /* (L, N): the batch row's Bm and Cm, one step's values together */
-    float *A;                      /* (N, G) */
-    float bias[G], skip[G];
+    const float *A;                /* (N, G) */
+    const float *bias, *skip;      /* (G) */
     float *u, *dt, *slope, *z, *y; /* (L, G) each; z NULL without a gate; y: Cm·h + Dv·u */
     float *h;                      /* (N, G): the state */
     float *decay;                  /* (N, G): one step's exp(dt·A) */
 } group;
 
+/* A group's G channels as one vector (GCC and Clang vector extensions): one AVX-512 register,
+ * two AVX2 ones or four SSE ones, as the clone the CPU picked compiles it. Written as
+ * vectors because the compiler turned the per-lane loops of the state update into scalar
+ * code; lane-wise IEEE maths gives the same bits either way. */
+typedef float lanes __attribute__((vector_size(G * sizeof(float))));
+#if defined(__GNUC__) && !defined(__clang__)
+/* The helpers below pass vectors by value; they are static, so no call crosses the ABI that
+ * GCC warns about (AVX-512 registers or memory, depending on the clone). */
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
+static inline lanes load_lanes(const float *p)
+{
+    lanes v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void store_lanes(float *p, lanes v) { memcpy(p, &v, sizeof v); }
+
+/* Transposes the G × G block m in place: four rounds of interleaving row i with row i + G/2,
+ * each of which rotates the bits of (row, column) by one place, so four give (column, row). */
+static inline void transpose_block(lanes m[G])
+{
+    for (int round = 0; round < 4; round++) {
+        lanes next[G];
+        for (int i = 0; i < G / 2; i++) {
+            next[2 * i] = __builtin_shufflevector(m[i], m[i + G / 2], 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6,
+                                                  22, 7, 23);
+            next[2 * i + 1] = __builtin_shufflevector(m[i], m[i + G / 2], 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13,
+                                                      29, 14, 30, 15, 31);
+        }
+        memcpy(m, next, sizeof next);
+    }
+}
+
+/* x[t·G + g] = rows[g·row_stride + t] for g < channels (0 beyond), t < L: the f32 rows of a
+ * group, contiguous along t, turned into lanes a block of G steps at a time. */
+TG_VECTOR_CLONES
+static void rows_to_lanes(const float *rows, int64_t row_stride, int64_t channels, int64_t L, float *x)
+{
+    int64_t t0 = 0;
+    for (; t0 + G <= L; t0 += G) {
+        lanes m[G] = {{0}};
+        for (int64_t g = 0; g < channels; g++) m[g] = load_lanes(rows + g * row_stride + t0);
+        transpose_block(m);
+        for (int k = 0; k < G; k++) store_lanes(x + (t0 + k) * G, m[k]);
+    }
+    for (int64_t t = t0; t < L; t++)
+        for (int64_t g = 0; g < G; g++) x[t * G + g] = g < channels ? rows[g * row_stride + t] : 0.0f;
+}
+
+/* The way back: rows[g·row_stride + t] = x[t·G + g] for g < channels, t < L. */
+TG_VECTOR_CLONES
+static void lanes_to_rows(const float *x, int64_t channels, int64_t L, float *rows, int64_t row_stride)
+{
+    int64_t t0 = 0;
+    for (; t0 + G <= L; t0 += G) {
+        lanes m[G];
+        for (int k = 0; k < G; k++) m[k] = load_lanes(x + (t0 + k) * G);
+        transpose_block(m);
+        for (int64_t g = 0; g < channels; g++) store_lanes(rows + g * row_stride + t0, m[g]);
+    }
+    for (int64_t t = t0; t < L; t++)
+        for (int64_t g = 0; g < channels; g++) rows[g * row_stride + t] = x[t * G + g];
+}
+
 /* x[t·G + g] = v[b, d0 + g, t], 0 for the padding channels. */
 static void load_rows(const tg_tensor *v, const group *q, float *x)
 {
+    const int64_t at = q->b * v->strides[0] + q->d0 * v->strides[1];
+    if (v->dtype == TG_F32 && v->strides[2] == 1) {
+        rows_to_lanes((const float *)tg_bytes(v) + at, v->strides[1], q->channels, q->L, x);
+        return;
+    }
     memset(x, 0, sizeof(float) * (size_t)(q->L * G));
-    for (int64_t g = 0; g < q->channels; g++)
-        load_run(v, q->b * v->strides[0] + (q->d0 + g) * v->strides[1], v->strides[2], q->L, x + g, G);
+    for (int64_t g = 0; g < q->channels; g++) load_run(v, at + g * v->strides[1], v->strides[2], q->L, x + g, G);
 }
 
 static void store_rows(tg_tensor *v, const group *q, const float *x)
 {
-    for (int64_t g = 0; g < q->channels; g++)
-        store_run(v, q->b * v->strides[0] + (q->d0 + g) * v->strides[1], v->strides[2], q->L, x + g, G);
+    const int64_t at = q->b * v->strides[0] + q->d0 * v->strides[1];
+    if (v->dtype == TG_F32 && v->strides[2] == 1) {
+        lanes_to_rows(x, q->channels, q->L, (float *)tg_bytes(v) + at, v->strides[1]);
+        return;
+    }
+    for (int64_t g = 0; g < q->channels; g++) store_run(v, at + g * v->strides[1], v->strides[2], q->L, x + g, G);
 }
 
 /* xt[t·N + n] = v[b, n, t]. */
@@ -189,18 +264,26 @@ static void delta_to_dt(group *q)
         }
 }
 
-/* The group's channels: A, bias, skip, u, dt = softplus(delta + bias) (or delta + bias) and
- * its slope, z. */
+/* Every group's A (N, G), bias and skip (G each), 0 for the padding channels: they do not
+ * depend on the batch row, so a thread stages them once. */
+static void load_channels(const tg_scan_args *a, float *A, float *bias, float *skip)
+{
+    const int64_t D = a->u->shape[1], N = a->A->shape[1], groups = (D + G - 1) / G;
+    memset(A, 0, sizeof(float) * (size_t)(groups * N * G));
+    memset(bias, 0, sizeof(float) * (size_t)(groups * G));
+    memset(skip, 0, sizeof(float) * (size_t)(groups * G));
+    for (int64_t d = 0; d < D; d++) {
+        const int64_t group_at = d / G, g = d % G;
+        for (int64_t n = 0; n < N; n++)
+            A[(group_at * N + n) * G + g] = load_at(a->A, d * a->A->strides[0] + n * a->A->strides[1]);
+        if (a->delta_bias) bias[group_at * G + g] = load_at(a->delta_bias, d * a->delta_bias->strides[0]);
+        if (a->Dv) skip[group_at * G + g] = load_at(a->Dv, d * a->Dv->strides[0]);
+    }
+}
+
+/* The group's rows: u, dt = softplus(delta + bias) (or delta + bias) and its slope, z. */
 static void load_group(const tg_scan_args *a, group *q)
 {
-    memset(q->A, 0, sizeof(float) * (size_t)(q->N * G));
-    for (int64_t g = 0; g < G; g++) {
-        const bool real = g < q->channels;
-        const int64_t d = q->d0 + g;
-        for (int64_t n = 0; real && n < q->N; n++) q->A[n * G + g] = load_at(a->A, d * a->A->strides[0] + n * a->A->strides[1]);
-        q->bias[g] = real && a->delta_bias ? load_at(a->delta_bias, d * a->delta_bias->strides[0]) : 0.0f;
-        q->skip[g] = real && a->Dv ? load_at(a->Dv, d * a->Dv->strides[0]) : 0.0f;
-    }
     load_rows(a->u, q, q->u);
     load_rows(a->delta, q, q->dt);
     if (a->delta_softplus) delta_to_dt(q);
@@ -212,27 +295,8 @@ static void load_group(const tg_scan_args *a, group *q)
 
 /* ---- the recurrence ---------------------------------------------------------------------------- */
 
-/* A group's G channels as one vector (GCC and Clang vector extensions): one AVX-512 register,
- * two AVX2 ones or four SSE ones, as the clone the CPU picked compiles it. Written as
- * vectors because the compiler turned the per-lane loops of the state update into scalar
- * code; lane-wise IEEE maths gives the same bits either way. */
-typedef float lanes __attribute__((vector_size(G * sizeof(float))));
-#if defined(__GNUC__) && !defined(__clang__)
-/* The helpers below pass vectors by value; they are static, so no call crosses the ABI that
- * GCC warns about (AVX-512 registers or memory, depending on the clone). */
-#pragma GCC diagnostic ignored "-Wpsabi"
-#endif
 typedef double wide_lanes __attribute__((vector_size(G * sizeof(double))));
 typedef double half_lanes __attribute__((vector_size(G / 2 * sizeof(double))));
-
-static inline lanes load_lanes(const float *p)
-{
-    lanes v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-static inline void store_lanes(float *p, lanes v) { memcpy(p, &v, sizeof v); }
 
 static inline wide_lanes load_wide(const double *p)
 {
@@ -286,30 +350,36 @@ static void run_steps(group *q, int64_t t0, int64_t t1, float *restrict H, float
 
 /* ---- forward ----------------------------------------------------------------------------------- */
 
-/* One thread's buffers. */
+/* One thread's buffers; A, bias and skip hold every group's (load_channels). */
 typedef struct {
-    float *Bt, *Ct, *A, *u, *dt, *slope, *z, *y, *h, *decay;
+    float *Bt, *Ct, *A, *bias, *skip, *u, *dt, *slope, *z, *y, *h, *decay;
 } group_buffers;
 
 static void free_buffers(group_buffers *s)
 {
-    free(s->Bt), free(s->Ct), free(s->A), free(s->u), free(s->dt), free(s->slope), free(s->z), free(s->y), free(s->h), free(s->decay);
+    free(s->Bt), free(s->Ct), free(s->A), free(s->bias), free(s->skip), free(s->u), free(s->dt), free(s->slope);
+    free(s->z), free(s->y), free(s->h), free(s->decay);
 }
 
-static bool alloc_buffers(group_buffers *s, int64_t N, int64_t L)
+/* The buffers, with every group's A, bias and skip loaded; false when out of memory. */
+static bool alloc_buffers(group_buffers *s, const tg_scan_args *a)
 {
+    const int64_t D = a->u->shape[1], L = a->u->shape[2], N = a->A->shape[1], groups = (D + G - 1) / G;
     const size_t nl = sizeof(float) * (size_t)(N * L), lg = sizeof(float) * (size_t)(L * G);
-    const size_t ng = sizeof(float) * (size_t)(N * G);
-    *s = (group_buffers){malloc(nl), malloc(nl), malloc(ng), malloc(lg), malloc(lg), malloc(lg), malloc(lg),
-                         malloc(lg), malloc(ng), malloc(ng)};
-    return s->Bt && s->Ct && s->A && s->u && s->dt && s->slope && s->z && s->y && s->h && s->decay;
+    const size_t ng = sizeof(float) * (size_t)(N * G), channels = sizeof(float) * (size_t)(groups * G);
+    *s = (group_buffers){malloc(nl), malloc(nl), malloc(ng * (size_t)groups), malloc(channels), malloc(channels),
+                         malloc(lg), malloc(lg), malloc(lg), malloc(lg), malloc(lg), malloc(ng), malloc(ng)};
+    const bool ok = s->Bt && s->Ct && s->A && s->bias && s->skip && s->u && s->dt && s->slope && s->z && s->y &&
+                    s->h && s->decay;
+    if (ok) load_channels(a, s->A, s->bias, s->skip);
+    return ok;
 }
 
 static group group_of(const tg_scan_args *a, const group_buffers *s, int64_t b, int64_t d0)
 {
-    const int64_t D = a->u->shape[1];
-    return (group){b, d0, D - d0 < G ? D - d0 : G, a->A->shape[1], a->u->shape[2], s->Bt, s->Ct, s->A, {0}, {0},
-                   s->u, s->dt, s->slope, a->z ? s->z : NULL, s->y, s->h, s->decay};
+    const int64_t D = a->u->shape[1], N = a->A->shape[1];
+    return (group){b, d0, D - d0 < G ? D - d0 : G, N, a->u->shape[2], s->Bt, s->Ct, s->A + d0 * N, s->bias + d0,
+                   s->skip + d0, s->u, s->dt, s->slope, a->z ? s->z : NULL, s->y, s->h, s->decay};
 }
 
 typedef struct {
@@ -349,7 +419,7 @@ static void forward_rows(void *context, int64_t b_begin, int64_t b_end)
     const tg_scan_args *a = job->a;
     const int64_t D = a->u->shape[1], L = a->u->shape[2], N = a->A->shape[1];
     group_buffers s;
-    if (!alloc_buffers(&s, N, L)) {
+    if (!alloc_buffers(&s, a)) {
         atomic_store(&job->out_of_memory, true);
     } else {
         for (int64_t b = b_begin; b < b_end; b++) {
@@ -489,7 +559,7 @@ static void backward_rows(void *context, int64_t b_begin, int64_t b_end)
     const int64_t D = a->u->shape[1], L = a->u->shape[2], N = a->A->shape[1];
     group_buffers gb;
     reverse_buffers s;
-    bool ok = alloc_buffers(&gb, N, L) & alloc_reverse(&s, N, L, a->chunk < L ? a->chunk : L);
+    bool ok = alloc_buffers(&gb, a) & alloc_reverse(&s, N, L, a->chunk < L ? a->chunk : L);
     for (int64_t b = b_begin; ok && b < b_end; b++) {
         load_transposed(a->Bm, b, N, L, gb.Bt);
         load_transposed(a->Cm, b, N, L, gb.Ct);
