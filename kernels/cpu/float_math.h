@@ -15,21 +15,21 @@
 #define TG_VECTOR_CLONES
 #endif
 
-/* e^x to about 2 ulp: x = k·ln2 + r with |r| ≤ ln2/2, e^r by Cephes' polynomial, 2^k from
- * its bits. x is clamped to [−87.3, 88.3], whose results stay normal floats (below,
- * e^x < 1.2e-38 comes back as about that). */
+/* e^x to about 2 ulp (at most 1.3 measured against double on [−87, 88]): x = k·ln2 + r with
+ * |r| ≤ ln2/2, e^r = 1 + r + r²·p(r) with Cephes' coefficients, 2^k from its bits. p is
+ * evaluated in Estrin's form, pairs first, so that its chain of dependent operations is
+ * half as long as Horner's (the scan's loops wait on it). x is clamped to [−87.3, 88.3],
+ * whose results stay normal floats (below, e^x < 1.2e-38 comes back as about that). */
 static inline float tg_exp_float(float x)
 {
     x = x < -87.3f ? -87.3f : x > 88.3f ? 88.3f : x;
     const float k = floorf(x * 1.44269504088896341f + 0.5f);
     const float r = (x - k * 0.693359375f) - k * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * (r * r) + r + 1.0f;
+    const float r2 = r * r, r4 = r2 * r2;
+    const float p01 = 1.9875691500e-4f * r + 1.3981999507e-3f;
+    const float p23 = 8.3334519073e-3f * r + 4.1665795894e-2f;
+    const float p45 = 1.6666665459e-1f * r + 5.0000001201e-1f;
+    const float p = (p01 * r4 + (p23 * r2 + p45)) * r2 + (r + 1.0f);
     union {
         int32_t bits;
         float value;
