@@ -1,5 +1,5 @@
-/* kernels/cpu/conv1d.c: causal conv1d forward and backward on the CPU, in double, but for
- * SiLU and its slope, which take a float32 exp where the storage is narrower than f64.
+/* kernels/cpu/conv1d.c: causal conv1d forward and backward on the CPU in double, for f64
+ * (the reference the gradient checks use); other dtypes go to kernels/cpu/conv1d_float.c.
  *
  * Each (b, c) row is handled on its own: the row of xe (history + x, length K−1+L) is
  * gathered once into a scratch buffer, so the tap loops read contiguous memory whatever
@@ -45,27 +45,15 @@ static void pre_activations(const double *restrict xe, const double *restrict w,
         for (int64_t t = 0; t < L; t++) z[t] += w[k] * xe[t + k];
 }
 
-/* z ← silu(z) over a row; wide: in double (f64 storage), else with float32's σ. */
-TG_VECTOR_CLONES
-static void silu_row(double *z, int64_t L, bool wide)
+static void silu_row(double *z, int64_t L)
 {
-    if (wide)
-        for (int64_t t = 0; t < L; t++) z[t] *= tg_sigmoid_of(z[t]);
-    else
-        for (int64_t t = 0; t < L; t++) z[t] *= tg_sigmoid_float((float)z[t]);
+    for (int64_t t = 0; t < L; t++) z[t] *= tg_sigmoid_of(z[t]);
 }
 
-/* g[t] ← g[t]·silu'(z[t]) = g·σ·(1 + z·(1 − σ)), σ as in silu_row. */
-TG_VECTOR_CLONES
-static void silu_slope_row(double *restrict g, const double *restrict z, int64_t L, bool wide)
+/* g[t] ← g[t]·silu'(z[t]). */
+static void silu_slope_row(double *restrict g, const double *restrict z, int64_t L)
 {
-    if (wide)
-        for (int64_t t = 0; t < L; t++) g[t] *= tg_silu_derivative(z[t]);
-    else
-        for (int64_t t = 0; t < L; t++) {
-            const double sigma = tg_sigmoid_float((float)z[t]);
-            g[t] *= sigma * (1.0 + z[t] * (1.0 - sigma));
-        }
+    for (int64_t t = 0; t < L; t++) g[t] *= tg_silu_derivative(z[t]);
 }
 
 /* Weight row c and bias c as doubles. */
@@ -98,7 +86,7 @@ static void conv_forward_channels(void *context, int64_t c_begin, int64_t c_end)
         for (int64_t b = 0; b < B; b++) {
             gather_row(a, b, c, K, L, xe);
             pre_activations(xe, w, K, bias, L, z);
-            if (a->activation == TG_ACT_SILU) silu_row(z, L, a->x->dtype == TG_F64);
+            if (a->activation == TG_ACT_SILU) silu_row(z, L);
             store_row3(job->out, b, c, L, z);
             if (job->final_states) store_row3(job->final_states, b, c, K - 1, xe + L);
         }
@@ -108,6 +96,7 @@ static void conv_forward_channels(void *context, int64_t c_begin, int64_t c_end)
 
 tg_status tg_cpu_causal_conv1d_fwd(const tg_conv1d_args *a, tg_tensor *out, tg_tensor *final_states)
 {
+    if (a->x->dtype != TG_F64) return tg_cpu_causal_conv1d_fwd_float(a, out, final_states);
     conv_job job = {.a = a, .out = out, .final_states = final_states};
     const int64_t work_per_channel = a->x->shape[0] * a->x->shape[2];
     tg_parallel_ranges(a->x->shape[1], 1 + 4096 / (work_per_channel + 1), conv_forward_channels, &job);
@@ -140,7 +129,7 @@ static void output_gradient(const conv_job *job, int64_t b, int64_t c, double bi
     else for (int64_t t = 0; t < L; t++) s->g[t] = 0.0;
     if (job->a->activation != TG_ACT_SILU) return;
     pre_activations(s->xe, s->w, K, bias, L, s->d);
-    silu_slope_row(s->g, s->d, L, job->a->x->dtype == TG_F64);
+    silu_slope_row(s->g, s->d, L);
 }
 
 /* dxe[e] = Σ_k w[k]·g[e−k] over the K − 1 + L steps of xe, the taps added in k order (a
@@ -202,6 +191,7 @@ static void conv_backward_channels(void *context, int64_t c_begin, int64_t c_end
 tg_status tg_cpu_causal_conv1d_bwd(const tg_conv1d_args *a, const tg_tensor *dout, const tg_tensor *dfinal,
                                    tg_tensor *dx, tg_tensor *dweight, tg_tensor *dbias, tg_tensor *dinitial)
 {
+    if (a->x->dtype != TG_F64) return tg_cpu_causal_conv1d_bwd_float(a, dout, dfinal, dx, dweight, dbias, dinitial);
     conv_job job = {.a = a, .dout = dout, .dfinal = dfinal, .dx = dx, .dweight = dweight, .dbias = dbias,
                     .dinitial = dinitial};
     const int64_t work_per_channel = a->x->shape[0] * a->x->shape[2];
