@@ -1,4 +1,6 @@
-/* kernels/cpu/matmul.c: matrix products through OpenBLAS, one GEMM per batch.
+/* kernels/cpu/matmul.c: matrix products through OpenBLAS, one GEMM per batch, the batches
+ * split over the library's threads (each GEMM is computed whole by one thread, so the
+ * split changes no result).
  *
  * BLAS reads a matrix that is row-major with unit column stride and an int leading
  * dimension (its row stride). A strided view already laid out like that, or like the
@@ -10,17 +12,21 @@
  * OpenBLAS runs on one thread unless the environment names its thread count
  * (OPENBLAS_NUM_THREADS or OMP_NUM_THREADS): the library's own kernels split over the
  * cores, and OpenBLAS's threads, spinning between a training step's small products, would
- * take cores from them. */
+ * take cores from them. When the environment names it, the batches run in turn. */
 #include "kernels/matmul.h"
 
 #include <cblas.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+
+static bool blas_on_one_thread; /* set once, by keep_blas_on_one_thread */
 
 static void keep_blas_on_one_thread(void)
 {
-    if (!getenv("OPENBLAS_NUM_THREADS") && !getenv("OMP_NUM_THREADS")) openblas_set_num_threads(1);
+    blas_on_one_thread = !getenv("OPENBLAS_NUM_THREADS") && !getenv("OMP_NUM_THREADS");
+    if (blas_on_one_thread) openblas_set_num_threads(1);
 }
 
 static bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
@@ -33,7 +39,8 @@ typedef struct {
     bool copied;  /* goes through `scratch`, a contiguous rows × cols copy */
     bool flipped; /* in place, but stored as the row-major transpose (ld is the column stride) */
     int64_t ld;
-    void *scratch;
+    size_t scratch_bytes;
+    void *scratch; /* each thread's own (matrix_scratch) */
 } matrix;
 
 /* Decides how BLAS reaches the matrix. Strides of size-1 axes never matter. The output
@@ -61,11 +68,15 @@ static tg_status matrix_init(matrix *m, const tg_tensor *t, tg_dtype compute, bo
     if (tg_mul_overflows(rows, cols, &count) || tg_mul_overflows(count, (int64_t)tg_dtype_size(compute), &bytes))
         return tg_set_error(TG_ERR_OVERFLOW, "tg_matmul: a %lldx%lld scratch matrix is too large", (long long)rows,
                         (long long)cols);
-    m->scratch = malloc((size_t)bytes);
-    if (!m->scratch)
-        return tg_set_error(TG_ERR_NOMEM, "tg_matmul: out of memory for a %lldx%lld scratch matrix", (long long)rows,
-                        (long long)cols);
+    m->scratch_bytes = (size_t)bytes;
     return TG_OK;
+}
+
+/* A thread's scratch matrix when m goes through one; false when out of memory. */
+static bool matrix_scratch(matrix *m)
+{
+    m->scratch = m->copied ? malloc(m->scratch_bytes) : NULL;
+    return !m->copied || m->scratch;
 }
 
 static char *matrix_base(const matrix *m, int64_t offset)
@@ -137,6 +148,35 @@ static void fill_zeros(tg_tensor *out)
     } while (tg_iter_next_row(&it));
 }
 
+typedef struct {
+    const tg_tensor *a, *b, *out;
+    bool transpose_a, transpose_b;
+    int64_t m, n, k;
+    tg_dtype compute;
+    matrix ma, mb, mc; /* shared descriptions; each thread copies them and takes its own scratch */
+    atomic_bool out_of_memory;
+} matmul_job;
+
+/* Batches [begin, end) of the product. */
+static void matmul_batches(void *context, int64_t begin, int64_t end)
+{
+    matmul_job *job = context;
+    matrix ma = job->ma, mb = job->mb, mc = job->mc;
+    if (!matrix_scratch(&ma) || !matrix_scratch(&mb) || !matrix_scratch(&mc)) {
+        atomic_store(&job->out_of_memory, true);
+        begin = end;
+    }
+    for (int64_t i = begin; i < end; i++) {
+        const void *pa = matrix_read(&ma, batch_offset(job->a, job->out, i));
+        const void *pb = matrix_read(&mb, batch_offset(job->b, job->out, i));
+        int64_t oc = batch_offset(job->out, job->out, i);
+        gemm(job->compute, job->transpose_a != ma.flipped, job->transpose_b != mb.flipped, job->m, job->n, job->k, pa,
+             ma.ld, pb, mb.ld, matrix_target(&mc, oc), mc.ld);
+        matrix_write_back(&mc, oc);
+    }
+    free(ma.scratch), free(mb.scratch), free(mc.scratch);
+}
+
 tg_status tg_cpu_matmul(const tg_tensor *a, const tg_tensor *b, bool transpose_a, bool transpose_b,
                         tg_tensor *out)
 {
@@ -154,21 +194,19 @@ tg_status tg_cpu_matmul(const tg_tensor *a, const tg_tensor *b, bool transpose_a
     if (!fits_int(m) || !fits_int(n) || !fits_int(k))
         return tg_set_error(TG_ERR_OVERFLOW, "tg_matmul: M = %lld, N = %lld and K = %lld must each fit in a 32-bit int",
                         (long long)m, (long long)n, (long long)k);
-    tg_dtype compute = out->dtype == TG_F64 ? TG_F64 : TG_F32;
-    matrix ma = {0}, mb = {0}, mc = {0};
-    tg_status status = matrix_init(&ma, a, compute, true);
-    if (status == TG_OK) status = matrix_init(&mb, b, compute, true);
-    if (status == TG_OK) status = matrix_init(&mc, out, compute, false);
-    for (int64_t i = 0; status == TG_OK && i < batches; i++) {
-        const void *pa = matrix_read(&ma, batch_offset(a, out, i));
-        const void *pb = matrix_read(&mb, batch_offset(b, out, i));
-        int64_t oc = batch_offset(out, out, i);
-        gemm(compute, transpose_a != ma.flipped, transpose_b != mb.flipped, m, n, k, pa, ma.ld, pb, mb.ld,
-             matrix_target(&mc, oc), mc.ld);
-        matrix_write_back(&mc, oc);
-    }
-    free(ma.scratch);
-    free(mb.scratch);
-    free(mc.scratch);
-    return status;
+    matmul_job job = {a, b, out, transpose_a, transpose_b, m, n, k, out->dtype == TG_F64 ? TG_F64 : TG_F32};
+    tg_status status = matrix_init(&job.ma, a, job.compute, true);
+    if (status == TG_OK) status = matrix_init(&job.mb, b, job.compute, true);
+    if (status == TG_OK) status = matrix_init(&job.mc, out, job.compute, false);
+    if (status != TG_OK) return status;
+    /* A thread takes at least about 2^18 multiply-adds (below that, waking one costs more);
+     * when OpenBLAS has threads of its own, they take the batches one after another. */
+    const double work = (double)m * (double)n * (double)k;
+    const int64_t min_batches = !blas_on_one_thread ? batches : work >= 262144.0 ? 1 : (int64_t)(262144.0 / work) + 1;
+    tg_parallel_ranges(batches, min_batches, matmul_batches, &job);
+    if (atomic_load(&job.out_of_memory))
+        return tg_set_error(TG_ERR_NOMEM, "tg_matmul: out of memory for a %lldx%lld scratch matrix",
+                            (long long)(job.ma.copied ? job.ma.rows : job.mb.copied ? job.mb.rows : job.mc.rows),
+                            (long long)(job.ma.copied ? job.ma.cols : job.mb.copied ? job.mb.cols : job.mc.cols));
+    return TG_OK;
 }
