@@ -47,21 +47,15 @@ static inline float log_1_2(float x)
     return m + y + e * 0.693359375f;
 }
 
-/* log(1 + w) for w in [0, 1], accurate for tiny w too: with s = 1 + w rounded,
- * log(s)·w / (s − 1) corrects the rounding of s (and s = 1 means log(1 + w) ≈ w). */
-static inline float log1p_0_1(float w)
-{
-    const float s = 1.0f + w, d = s - 1.0f;
-    return d == 0.0f ? w : log_1_2(s) * (w / d);
-}
-
 /* softplus(v) = max(v, 0) + log(1 + e^−|v|), and its slope σ(v) = 1 / (1 + e^−v): both
- * from one exp, without branches, so a loop of them vectorises. */
+ * from one exp and one division, without branches, so a loop of them vectorises. With
+ * w = e^−|v| and s = 1 + w rounded, log(1 + w) = log(s) + (w − (s − 1))/s to first order:
+ * the second term puts back what rounding s lost (all of w when s rounds to 1). */
 static inline float softplus_float(float v, float *slope)
 {
-    const float w = tg_exp_float(v > 0 ? -v : v); /* e^−|v| */
-    *slope = v > 0 ? 1.0f / (1.0f + w) : w / (1.0f + w);
-    return (v > 0 ? v : 0.0f) + log1p_0_1(w);
+    const float w = tg_exp_float(v > 0 ? -v : v), s = 1.0f + w, r = 1.0f / s;
+    *slope = v > 0 ? r : w * r;
+    return (v > 0 ? v : 0.0f) + (log_1_2(s) + (w - (s - 1.0f)) * r);
 }
 
 static inline float silu_float(float x) { return x / (1.0f + tg_exp_float(-x)); }
