@@ -12,9 +12,14 @@
 
 enum { ROWS_PER_BLOCK = 64 };
 
-/* Where row r of t starts: r taken apart over t's leading dimensions. */
+/* Where row r of t starts: r taken apart over t's leading dimensions (one multiply when
+ * they collapse into one, as in a dense tensor; the divisions cost more than a short row). */
 static int64_t row_start(const tg_tensor *t, int64_t r)
 {
+    if (t->ndim < 2) return 0;
+    bool collapses = true;
+    for (int i = 0; i < t->ndim - 2; i++) collapses = collapses && t->strides[i] == t->strides[i + 1] * t->shape[i + 1];
+    if (collapses) return r * t->strides[t->ndim - 2];
     int64_t offset = 0;
     for (int i = t->ndim - 2; i >= 0; i--) {
         offset += (r % t->shape[i]) * t->strides[i];
