@@ -34,6 +34,15 @@ typedef tg_status (*tg_cross_entropy_bwd_kernel)(const tg_tensor *logits, const 
 typedef tg_status (*tg_count_correct_kernel)(const tg_tensor *logits, const tg_tensor *targets, int32_t ignore_index,
                                              tg_tensor *counts);
 
+/* The float32 path of the CPU kernels (kernels/cpu/loss_float.c), which they take when it
+ * applies: dense f32, bf16 or f16 logits and dense targets. The backward is given
+ * dloss / count as scale and a dense dlogits. */
+bool tg_cpu_cross_entropy_float_applies(const tg_tensor *logits, const tg_tensor *targets);
+tg_status tg_cpu_cross_entropy_fwd_float(const tg_tensor *logits, const tg_tensor *targets, int32_t ignore_index,
+                                         tg_tensor *loss, tg_tensor *count);
+tg_status tg_cpu_cross_entropy_bwd_float(const tg_tensor *logits, const tg_tensor *targets, int32_t ignore_index,
+                                         double scale, tg_tensor *dlogits);
+
 tg_status tg_cpu_count_correct(const tg_tensor *logits, const tg_tensor *targets, int32_t ignore_index,
                                tg_tensor *counts);
 tg_status tg_cuda_count_correct(const tg_tensor *logits, const tg_tensor *targets, int32_t ignore_index,

@@ -1,4 +1,5 @@
-/* kernels/cpu/loss.c: fused cross-entropy on strided CPU tensors, in double.
+/* kernels/cpu/loss.c: fused cross-entropy on strided CPU tensors, in double, for f64 logits
+ * and any layout; dense f32, bf16 and f16 logits go to kernels/cpu/loss_float.c.
  * Rows are summed in row order, so the loss does not depend on anything but the data. */
 #include "kernels/loss.h"
 #include "kernels/softmax.h"
@@ -46,6 +47,8 @@ static int32_t row_target(const tg_tensor *targets, const tg_iter *it)
 tg_status tg_cpu_cross_entropy_fwd(const tg_tensor *logits, const tg_tensor *targets, int32_t ignore_index,
                                    tg_tensor *loss, tg_tensor *count)
 {
+    if (tg_cpu_cross_entropy_float_applies(logits, targets))
+        return tg_cpu_cross_entropy_fwd_float(logits, targets, ignore_index, loss, count);
     int64_t ts[TG_MAX_DIMS];
     target_strides(logits, targets, ts);
     tg_iter it;
@@ -77,6 +80,8 @@ tg_status tg_cpu_cross_entropy_bwd(const tg_tensor *logits, const tg_tensor *tar
     tg_iter_init(&it, logits->ndim, logits->shape, 3, (const int64_t *[]){logits->strides, ts, dlogits->strides});
     if (it.empty) return TG_OK;
     double scale = n_valid > 0 ? tg_load(tg_bytes(dloss), dloss->dtype, 0) / n_valid : 0.0;
+    if (tg_cpu_cross_entropy_float_applies(logits, targets) && tg_is_contiguous(dlogits))
+        return tg_cpu_cross_entropy_bwd_float(logits, targets, ignore_index, scale, dlogits);
     const char *lb = tg_bytes(logits);
     char *db = tg_bytes(dlogits);
     do {
