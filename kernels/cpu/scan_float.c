@@ -29,21 +29,18 @@
 #define G 16 /* channels advanced together: one AVX-512 vector of floats, two of AVX2 */
 
 /* log x for x in [1, 2], to about 2 ulp, without branches: Cephes' polynomial on the
- * mantissa folded into [√½, √2). */
+ * mantissa folded into [√½, √2), evaluated in Estrin's form (pairs, then pairs of pairs)
+ * so that its chain of dependent operations is short. */
 static inline float log_1_2(float x)
 {
     const float e = x > 1.41421356f ? 1.0f : 0.0f;
-    const float m = (x > 1.41421356f ? 0.5f * x : x) - 1.0f, z = m * m;
-    float y = 7.0376836292e-2f;
-    y = y * m - 1.1514610310e-1f;
-    y = y * m + 1.1676998740e-1f;
-    y = y * m - 1.2420140846e-1f;
-    y = y * m + 1.4249322787e-1f;
-    y = y * m - 1.6668057665e-1f;
-    y = y * m + 2.0000714765e-1f;
-    y = y * m - 2.4999993993e-1f;
-    y = y * m + 3.3333331174e-1f;
-    y = y * m * z + e * -2.12194440e-4f - 0.5f * z;
+    const float m = (x > 1.41421356f ? 0.5f * x : x) - 1.0f, z = m * m, z2 = z * z;
+    const float p01 = -2.4999993993e-1f * m + 3.3333331174e-1f;
+    const float p23 = -1.6668057665e-1f * m + 2.0000714765e-1f;
+    const float p45 = -1.2420140846e-1f * m + 1.4249322787e-1f;
+    const float p67 = -1.1514610310e-1f * m + 1.1676998740e-1f;
+    const float p = 7.0376836292e-2f * (z2 * z2) + ((p67 * z + p45) * z2 + (p23 * z + p01));
+    const float y = p * m * z + e * -2.12194440e-4f - 0.5f * z;
     return m + y + e * 0.693359375f;
 }
 
