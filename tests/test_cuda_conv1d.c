@@ -640,7 +640,7 @@ Test(cuda_conv1d, gradients_are_bitwise_repeatable)
     }
 }
 
-/* The 16-bit backward takes SiLU's slope from a hardware tanh (kernels/cuda/conv1d.cu,
+/* The 16-bit backward takes SiLU's slope from a hardware tanh (kernels/cuda/conv1d/common.cuh,
  * scaled_gradient). Its dx must still be silu'(z)·dout to within one step of the storage type
  * (or 2^-14 near zero), element by element, over z from −24 to 24: through the row kernels
  * (channel-first) and the stream kernels (channel-last), at K = 1, 4, 8 and 16 (bf16
