@@ -144,7 +144,7 @@ static float load_channel(const tg_conv1d_args *a, int64_t c, int64_t K, float *
     return a->bias ? (float)tg_load(tg_bytes(a->bias), a->bias->dtype, c * a->bias->strides[0]) : 0.0f;
 }
 
-static void forward_channels(void *context, int64_t c_begin, int64_t c_end)
+static void conv_float_forward_channels(void *context, int64_t c_begin, int64_t c_end)
 {
     conv_job *job = context;
     const tg_conv1d_args *a = job->a;
@@ -188,7 +188,7 @@ static void backward_row(const conv_job *job, int64_t b, int64_t c, float bias, 
     if (job->dinitial) store_row3(job->dinitial, b, c, K - 1, s->dxe);
 }
 
-static void backward_channels(void *context, int64_t c_begin, int64_t c_end)
+static void conv_float_backward_channels(void *context, int64_t c_begin, int64_t c_end)
 {
     conv_job *job = context;
     const tg_conv1d_args *a = job->a;
@@ -218,7 +218,7 @@ tg_status tg_cpu_causal_conv1d_fwd_float(const tg_conv1d_args *a, tg_tensor *out
 {
     conv_job job = {.a = a, .out = out, .final_states = final_states};
     const int64_t work_per_channel = a->x->shape[0] * a->x->shape[2];
-    tg_parallel_ranges(a->x->shape[1], 1 + 4096 / (work_per_channel + 1), forward_channels, &job);
+    tg_parallel_ranges(a->x->shape[1], 1 + 4096 / (work_per_channel + 1), conv_float_forward_channels, &job);
     if (atomic_load(&job.out_of_memory)) return tg_set_error(TG_ERR_NOMEM, "tg_causal_conv1d: out of memory for a row buffer");
     return TG_OK;
 }
@@ -229,7 +229,7 @@ tg_status tg_cpu_causal_conv1d_bwd_float(const tg_conv1d_args *a, const tg_tenso
     conv_job job = {.a = a, .dout = dout, .dfinal = dfinal, .dx = dx, .dweight = dweight, .dbias = dbias,
                     .dinitial = dinitial};
     const int64_t work_per_channel = a->x->shape[0] * a->x->shape[2];
-    tg_parallel_ranges(a->x->shape[1], 1 + 2048 / (work_per_channel + 1), backward_channels, &job);
+    tg_parallel_ranges(a->x->shape[1], 1 + 2048 / (work_per_channel + 1), conv_float_backward_channels, &job);
     if (atomic_load(&job.out_of_memory))
         return tg_set_error(TG_ERR_NOMEM, "tg_causal_conv1d backward: out of memory for a row buffer");
     return TG_OK;

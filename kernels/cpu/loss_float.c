@@ -54,7 +54,7 @@ typedef struct {
 /* Target of row r (targets dense, like the logits' leading dimensions). */
 static int32_t target_of(const ce_job *job, int64_t r) { return ((const int32_t *)tg_bytes(job->targets))[r]; }
 
-static void forward_rows(void *context, int64_t begin, int64_t end)
+static void ce_forward_rows(void *context, int64_t begin, int64_t end)
 {
     ce_job *job = context;
     const int64_t V = job->V;
@@ -77,7 +77,7 @@ static void forward_rows(void *context, int64_t begin, int64_t end)
     free(x);
 }
 
-static void backward_rows(void *context, int64_t begin, int64_t end)
+static void ce_backward_rows(void *context, int64_t begin, int64_t end)
 {
     ce_job *job = context;
     const int64_t V = job->V;
@@ -118,7 +118,7 @@ tg_status tg_cpu_cross_entropy_fwd_float(const tg_tensor *logits, const tg_tenso
     const int64_t V = logits->shape[logits->ndim - 1], rows = tg_numel(logits) / V;
     ce_job job = {logits, targets, ignore_index, V, malloc(sizeof(double) * (size_t)(rows > 0 ? rows : 1))};
     if (!job.row_loss) return tg_set_error(TG_ERR_NOMEM, "tg_cross_entropy: out of memory for %lld row losses", (long long)rows);
-    tg_parallel_ranges(rows, min_rows(V), forward_rows, &job);
+    tg_parallel_ranges(rows, min_rows(V), ce_forward_rows, &job);
     double sum = 0.0;
     int64_t n_valid = 0;
     for (int64_t r = 0; r < rows; r++)
@@ -135,7 +135,7 @@ tg_status tg_cpu_cross_entropy_bwd_float(const tg_tensor *logits, const tg_tenso
 {
     const int64_t V = logits->shape[logits->ndim - 1], rows = tg_numel(logits) / V;
     ce_job job = {logits, targets, ignore_index, V, NULL, (float)scale, dlogits};
-    tg_parallel_ranges(rows, min_rows(V), backward_rows, &job);
+    tg_parallel_ranges(rows, min_rows(V), ce_backward_rows, &job);
     if (atomic_load(&job.out_of_memory))
         return tg_set_error(TG_ERR_NOMEM, "tg_cross_entropy backward: out of memory for a row buffer");
     return TG_OK;
