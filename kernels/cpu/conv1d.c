@@ -9,7 +9,7 @@
 #include "kernels/conv1d.h"
 #include "kernels/cpu/rows.h"
 #include "kernels/cpu/float_math.h"
-#include "kernels/cpu/scalar_math.h"
+#include "kernels/unary_math.h"
 
 #include <math.h>
 #include <stdatomic.h>

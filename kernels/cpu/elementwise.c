@@ -3,7 +3,7 @@
  * row (kernels/cpu/rows.h), not one per element. */
 #include "kernels/elementwise.h"
 #include "kernels/cpu/rows.h"
-#include "kernels/cpu/scalar_math.h"
+#include "kernels/unary_math.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -16,41 +16,6 @@ static double *row_buffers(const char *op, int64_t n, int count)
     return rows;
 }
 
-static double unary(tg_unary_op op, double param, double x)
-{
-    switch (op) {
-    case TG_UNARY_SCALE: return param * x;
-    case TG_UNARY_NEG: return -x;
-    case TG_UNARY_EXP: return exp(x);
-    case TG_UNARY_LOG: return log(x);
-    case TG_UNARY_TANH: return tanh(x);
-    case TG_UNARY_SIGMOID: return tg_sigmoid_of(x);
-    case TG_UNARY_SILU: return x * tg_sigmoid_of(x);
-    case TG_UNARY_SOFTPLUS: return fmax(x, 0.0) + log1p(exp(-fabs(x))); /* log(1 + eˣ), stable */
-    case TG_UNARY_RELU: return x > 0 ? x : 0.0;
-    case TG_UNARY_COUNT: break;
-    }
-    return NAN;
-}
-
-/* d f(x) / dx, written with y = f(x) where that is cheaper. */
-static double unary_derivative(tg_unary_op op, double param, double x, double y)
-{
-    switch (op) {
-    case TG_UNARY_SCALE: return param;
-    case TG_UNARY_NEG: return -1.0;
-    case TG_UNARY_EXP: return y;
-    case TG_UNARY_LOG: return 1.0 / x;
-    case TG_UNARY_TANH: return 1.0 - y * y;
-    case TG_UNARY_SIGMOID: return y * (1.0 - y);
-    case TG_UNARY_SILU: return tg_silu_derivative(x);
-    case TG_UNARY_SOFTPLUS: return tg_sigmoid_of(x);
-    case TG_UNARY_RELU: return x > 0 ? 1.0 : 0.0;
-    case TG_UNARY_COUNT: break;
-    }
-    return NAN;
-}
-
 tg_status tg_cpu_unary_fwd(tg_unary_op op, double param, const tg_tensor *x, tg_tensor *y)
 {
     tg_iter it;
@@ -60,7 +25,7 @@ tg_status tg_cpu_unary_fwd(tg_unary_op op, double param, const tg_tensor *x, tg_
     if (!v) return TG_ERR_NOMEM;
     do {
         tg_load_row(x, it.offset[0], it.row_stride[0], it.row_length, v);
-        for (int64_t j = 0; j < it.row_length; j++) v[j] = unary(op, param, v[j]);
+        for (int64_t j = 0; j < it.row_length; j++) v[j] = tg_unary_value(op, param, v[j]);
         tg_store_row(y, it.offset[1], it.row_stride[1], it.row_length, v);
     } while (tg_iter_next_row(&it));
     free(v);
@@ -80,7 +45,7 @@ tg_status tg_cpu_unary_bwd(tg_unary_op op, double param, const tg_tensor *x, con
         tg_load_row(x, it.offset[0], it.row_stride[0], n, xv);
         tg_load_row(y, it.offset[1], it.row_stride[1], n, yv);
         tg_load_row(dy, it.offset[2], it.row_stride[2], n, g);
-        for (int64_t j = 0; j < n; j++) g[j] *= unary_derivative(op, param, xv[j], yv[j]);
+        for (int64_t j = 0; j < n; j++) g[j] *= tg_unary_derivative(op, param, xv[j], yv[j]);
         tg_store_row(dx, it.offset[3], it.row_stride[3], n, g);
     } while (tg_iter_next_row(&it));
     free(xv);

@@ -10,7 +10,7 @@
  * the same bits for any number of threads. */
 #include "kernels/scan.h"
 #include "kernels/cpu/scan_sums.h"
-#include "kernels/cpu/scalar_math.h"
+#include "kernels/unary_math.h"
 
 #include <math.h>
 #include <stdatomic.h>

@@ -4,53 +4,9 @@
 // broadcasting, f64, mixed dtypes) runs a generic loop in double over merged dimensions.
 #include "kernels/elementwise.h"
 #include "kernels/cuda/strided.cuh"
+#include "kernels/unary_math.h"
 
-// ---- scalar maths, for float and double (tg_exp and friends: common.cuh) -----------------
-
-// σ(x) = 1 / (1 + e^−x), in the form whose exp cannot overflow.
-template <typename C> __device__ inline C sigmoid_of(C x)
-{
-    if (x >= C(0)) return C(1) / (C(1) + tg_exp(-x));
-    C e = tg_exp(x);
-    return e / (C(1) + e);
-}
-
-template <typename C> __device__ inline C unary_value(tg_unary_op op, C param, C x)
-{
-    switch (op) {
-    case TG_UNARY_SCALE: return param * x;
-    case TG_UNARY_NEG: return -x;
-    case TG_UNARY_EXP: return tg_exp(x);
-    case TG_UNARY_LOG: return tg_log(x);
-    case TG_UNARY_TANH: return tg_tanh(x);
-    case TG_UNARY_SIGMOID: return sigmoid_of(x);
-    case TG_UNARY_SILU: return x * sigmoid_of(x);
-    case TG_UNARY_SOFTPLUS: // log(1 + eˣ), stable
-        return (x > C(0) ? x : C(0)) + tg_log1p(tg_exp(-tg_abs(x)));
-    case TG_UNARY_RELU: return x > C(0) ? x : C(0);
-    }
-    return C(NAN);
-}
-
-// d f(x) / dx, written with y = f(x) where that is cheaper.
-template <typename C> __device__ inline C unary_derivative(tg_unary_op op, C param, C x, C y)
-{
-    switch (op) {
-    case TG_UNARY_SCALE: return param;
-    case TG_UNARY_NEG: return C(-1);
-    case TG_UNARY_EXP: return y;
-    case TG_UNARY_LOG: return C(1) / x;
-    case TG_UNARY_TANH: return C(1) - y * y;
-    case TG_UNARY_SIGMOID: return y * (C(1) - y);
-    case TG_UNARY_SILU: { // σ(x)·(1 + x·(1 − σ(x)))
-        C s = sigmoid_of(x);
-        return s * (C(1) + x * (C(1) - s));
-    }
-    case TG_UNARY_SOFTPLUS: return sigmoid_of(x);
-    case TG_UNARY_RELU: return x > C(0) ? C(1) : C(0);
-    }
-    return C(NAN);
-}
+// ---- scalar maths, for float and double (the unary ops: kernels/unary_math.h) ---------------
 
 template <typename C> __device__ inline C binary_value(tg_binary_op op, C a, C b)
 {
@@ -70,7 +26,7 @@ template <typename C> __device__ inline C binary_value(tg_binary_op op, C a, C b
 template <typename T> __global__ void unary_fwd_dense(tg_unary_op op, float param, const T *x, T *y, int64_t n)
 {
     for (int64_t i = tg_global_index(); i < n; i += tg_global_stride())
-        y[i] = tg_from_float<T>(unary_value(op, param, tg_to_float(x[i])));
+        y[i] = tg_from_float<T>(tg_unary_value(op, param, tg_to_float(x[i])));
 }
 
 __global__ void unary_fwd_strided(tg_unary_op op, double param, tg_strided<2> plan, int64_t n)
@@ -79,7 +35,7 @@ __global__ void unary_fwd_strided(tg_unary_op op, double param, tg_strided<2> pl
         int64_t at[2];
         tg_strided_offsets(plan, i, at);
         double x = tg_load_raw(plan.data[0], plan.dtype[0], at[0]);
-        tg_store_raw(plan.data[1], plan.dtype[1], at[1], unary_value(op, param, x));
+        tg_store_raw(plan.data[1], plan.dtype[1], at[1], tg_unary_value(op, param, x));
     }
 }
 
@@ -87,7 +43,7 @@ template <typename T>
 __global__ void unary_bwd_dense(tg_unary_op op, float param, const T *x, const T *y, const T *dy, T *dx, int64_t n)
 {
     for (int64_t i = tg_global_index(); i < n; i += tg_global_stride()) {
-        float d = unary_derivative(op, param, tg_to_float(x[i]), tg_to_float(y[i]));
+        float d = tg_unary_derivative(op, param, tg_to_float(x[i]), tg_to_float(y[i]));
         dx[i] = tg_from_float<T>(tg_to_float(dy[i]) * d);
     }
 }
@@ -100,7 +56,7 @@ __global__ void unary_bwd_strided(tg_unary_op op, double param, tg_strided<4> pl
         double x = tg_load_raw(plan.data[0], plan.dtype[0], at[0]);
         double y = tg_load_raw(plan.data[1], plan.dtype[1], at[1]);
         double g = tg_load_raw(plan.data[2], plan.dtype[2], at[2]);
-        tg_store_raw(plan.data[3], plan.dtype[3], at[3], g * unary_derivative(op, param, x, y));
+        tg_store_raw(plan.data[3], plan.dtype[3], at[3], g * tg_unary_derivative(op, param, x, y));
     }
 }
 
@@ -123,9 +79,10 @@ __global__ void binary_strided(tg_binary_op op, tg_strided<3> plan, int64_t n)
 
 // ---- host side ------------------------------------------------------------------------------
 
-// The device switches above cannot warn about a missing case (nvcc checks none in device
-// code): a new kind changes the count, and this fails until it has its cases and its name.
-static_assert(TG_UNARY_COUNT == 9, "a new tg_unary_op needs its cases in unary_value and unary_derivative");
+// nvcc checks no switch in device code for a missing case. The unary switches live in
+// kernels/unary_math.h, which the C build compiles too (-Wswitch); for both families a new
+// kind changes the count, and these fail until it has its cases and its name.
+static_assert(TG_UNARY_COUNT == 9, "a new tg_unary_op needs its cases in kernels/unary_math.h");
 static_assert(TG_BINARY_COUNT == 4, "a new tg_binary_op needs its case in binary_value");
 
 static const char *unary_name(tg_unary_op op)
