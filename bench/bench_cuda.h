@@ -9,6 +9,7 @@
 #define TAPEGRAD_BENCH_CUDA_H
 
 #include "core/internal.h"
+#include "tapegrad/rng.h"
 
 #include <cuda_runtime.h>
 

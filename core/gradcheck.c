@@ -1,5 +1,7 @@
 /* core/gradcheck.c: analytic gradients against float64 central differences. */
 #include "internal.h"
+#include "tapegrad/gradcheck.h"
+#include "tapegrad/rng.h"
 
 #include <math.h>
 #include <stdio.h>

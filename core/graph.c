@@ -2,6 +2,7 @@
  * The CUDA calls are in kernels/cuda/runtime.cu; the memory a graph keeps is the
  * allocator's business (core/device.c). */
 #include "internal.h"
+#include "tapegrad/graph.h"
 
 #ifdef TG_HAVE_CUDA
 #include "kernels/cuda_api.h"

@@ -2,7 +2,8 @@
 #ifndef TAPEGRAD_CORE_INTERNAL_H
 #define TAPEGRAD_CORE_INTERNAL_H
 
-#include "tapegrad.h"
+#include "tapegrad/autograd.h"
+#include "tapegrad/tensor.h"
 
 #include <stdarg.h>
 

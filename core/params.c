@@ -5,6 +5,7 @@
  * the store's device (host memory or CUDA memory from the caching allocator). */
 #include "internal.h"
 #include "io/safetensors.h"
+#include "tapegrad/params.h"
 
 #include <math.h>
 

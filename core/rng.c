@@ -1,5 +1,6 @@
 /* core/rng.c: xoshiro256** seeded through splitmix64; Gaussian values by Box–Muller. */
 #include "internal.h"
+#include "tapegrad/rng.h"
 
 #ifdef TG_HAVE_CUDA
 #include "kernels/cuda_api.h"

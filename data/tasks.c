@@ -5,6 +5,8 @@
  * the buffers as they were. Rows are generated one after another from the one rng, so a
  * batch of 2B rows holds the same rows as two batches of B drawn in turn. */
 #include "core/internal.h"
+#include "tapegrad/data.h"
+#include "tapegrad/rng.h"
 
 #include <limits.h>
 

@@ -7,6 +7,8 @@
  * lookups are binary searches in the sorted list. */
 #define _POSIX_C_SOURCE 200809L /* open flags, fdopen */
 #include "core/internal.h"
+#include "tapegrad/data.h"
+#include "tapegrad/rng.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -17,6 +17,10 @@
 #include "io/internal.h"
 #include "io/safetensors.h"
 #include "optim/internal.h"
+#include "tapegrad/checkpoint.h"
+#include "tapegrad/optim.h"
+#include "tapegrad/params.h"
+#include "tapegrad/rng.h"
 
 #include <dirent.h>
 #include <errno.h>

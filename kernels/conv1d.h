@@ -7,6 +7,7 @@
 #define TAPEGRAD_KERNELS_CONV1D_H
 
 #include "core/internal.h"
+#include "tapegrad/ops.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -3,6 +3,7 @@
 #define TAPEGRAD_NN_INTERNAL_H
 
 #include "core/internal.h"
+#include "tapegrad/rng.h"
 
 /* Longest parameter name a layer makes ("backbone.layers.123.mixer.dt_proj.weight" is 41). */
 enum { TG_NN_NAME_MAX = 256 };

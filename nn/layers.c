@@ -6,6 +6,10 @@
  * (Kaiming-uniform with a = √5 gives gain √(2/(1 + 5)) and bound gain·√(3/fan_in) =
  * 1/√fan_in); nn.Embedding draws from a normal; norms start at one. */
 #include "nn/internal.h"
+#include "tapegrad/nn.h"
+#include "tapegrad/ops.h"
+#include "tapegrad/params.h"
+#include "tapegrad/rng.h"
 
 #include <math.h>
 #include <stdio.h>

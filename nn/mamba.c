@@ -23,6 +23,10 @@
  * Each is drawn directly from its final distribution (the reference draws a default first
  * and then redraws or rescales it in place; the distributions are the same). */
 #include "nn/internal.h"
+#include "tapegrad/nn.h"
+#include "tapegrad/ops.h"
+#include "tapegrad/params.h"
+#include "tapegrad/rng.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -10,6 +10,7 @@
  *   dinitial   = the first K−1 entries of dxe; dfinal adds into the last K−1 entries of dxe.
  * docs/causal_conv1d.md derives these. */
 #include "kernels/conv1d.h"
+#include "tapegrad/ops.h"
 
 static const tg_conv1d_fwd_kernel conv1d_fwd[TG_DEVICE_COUNT] =
     TG_KERNELS(tg_cpu_causal_conv1d_fwd, TG_CUDA_KERNEL(tg_cuda_causal_conv1d_fwd));

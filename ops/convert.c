@@ -2,6 +2,7 @@
  * All are copies, so their backward is a copy back: dx = dy (in x's dtype, on x's device).
  * tg_copy handles every device pair itself (core/tensor.c), so one entry serves both slots. */
 #include "core/internal.h"
+#include "tapegrad/ops.h"
 
 typedef tg_status (*copy_kernel)(tg_tensor *dst, const tg_tensor *src);
 static const copy_kernel copy[TG_DEVICE_COUNT] = TG_KERNELS(tg_copy, tg_copy);

@@ -6,6 +6,7 @@
  *   mul: da = dy·b,    db = dy·a        div: da = dy / b,  db = −dy·a / b²
  * Unary backward: dx = dy · f'(x), with f' in kernels/cpu/elementwise.c. */
 #include "kernels/elementwise.h"
+#include "tapegrad/ops.h"
 
 static const tg_unary_fwd_kernel unary_fwd[TG_DEVICE_COUNT] =
     TG_KERNELS(tg_cpu_unary_fwd, TG_CUDA_KERNEL(tg_cuda_unary_fwd));

@@ -1,6 +1,7 @@
 /* ops/embedding.c: row lookup in a (V, D) table by i32 ids of any shape S, giving
  * (S..., D). Every id is checked against [0, V) before anything is allocated. */
 #include "kernels/embedding.h"
+#include "tapegrad/ops.h"
 
 #include <stdio.h>
 

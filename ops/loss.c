@@ -9,6 +9,7 @@
  * op saves nothing larger than two numbers: ignore_index, and n in a one-element tensor
  * the forward kernel fills (on CUDA it stays on the device, so no step waits for it). */
 #include "kernels/loss.h"
+#include "tapegrad/ops.h"
 
 static const tg_cross_entropy_check_kernel ce_check[TG_DEVICE_COUNT] =
     TG_KERNELS(tg_cpu_cross_entropy_check, TG_CUDA_KERNEL(tg_cuda_cross_entropy_check));

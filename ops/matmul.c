@@ -17,6 +17,7 @@
  * (for a linear layer x (B, T, D) @ W (D, N): dW = x_flatᵀ·dC_flat with x_flat (B·T, D)).
  */
 #include "kernels/matmul.h"
+#include "tapegrad/ops.h"
 
 #include <limits.h>
 #include <string.h>

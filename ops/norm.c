@@ -18,6 +18,7 @@
  * is the norm's dx plus whatever reaches h directly, added in the kernel before rounding;
  * x and residual both take it whole. */
 #include "kernels/norm.h"
+#include "tapegrad/ops.h"
 
 #include <math.h>
 

@@ -2,6 +2,7 @@
  * Backward: every input element contributed once (with weight 1/n for mean), so
  * dx = dy broadcast back over the reduced axis, times that weight. */
 #include "kernels/reduce.h"
+#include "tapegrad/ops.h"
 
 static const tg_sum_axis_kernel sum_fwd[TG_DEVICE_COUNT] =
     TG_KERNELS(tg_cpu_sum_axis, TG_CUDA_KERNEL(tg_cuda_sum_axis));

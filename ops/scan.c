@@ -16,6 +16,7 @@
  * D·N·4/chunk for the others, instead of D·N·8 for every state. The backward recomputes
  * the states inside one chunk at a time from these. */
 #include "kernels/scan.h"
+#include "tapegrad/ops.h"
 
 static const tg_scan_fwd_kernel scan_fwd[TG_DEVICE_COUNT] =
     TG_KERNELS(tg_cpu_selective_scan_fwd, TG_CUDA_KERNEL(tg_cuda_selective_scan_fwd));

@@ -12,6 +12,7 @@
  * then both are clamped to [0, dim]; start ≥ end gives an empty slice. step must be ≥ 1.
  */
 #include "core/internal.h"
+#include "tapegrad/ops.h"
 
 #include <stdio.h>
 #include <stdlib.h>

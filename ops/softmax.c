@@ -9,6 +9,7 @@
  *   log_softmax: ∂(log y_j)/∂x_k = δ_jk − y_k, so dx_k = dy_k − softmax(x)_k · Σ_j dy_j,
  *                with softmax(x) = exp(out). */
 #include "kernels/softmax.h"
+#include "tapegrad/ops.h"
 
 static const tg_softmax_fwd_kernel softmax_fwd[TG_DEVICE_COUNT] =
     TG_KERNELS(tg_cpu_softmax_fwd, TG_CUDA_KERNEL(tg_cuda_softmax_fwd));

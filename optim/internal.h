@@ -4,6 +4,7 @@
 #define TAPEGRAD_OPTIM_INTERNAL_H
 
 #include "core/internal.h"
+#include "tapegrad/optim.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -16,6 +16,8 @@
 #include "optim/internal.h"
 
 #include "kernels/optim.h"
+#include "tapegrad/optim.h"
+#include "tapegrad/params.h"
 
 #include <fnmatch.h>
 #include <math.h>

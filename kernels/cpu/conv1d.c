@@ -10,6 +10,7 @@
 #include "kernels/cpu/rows.h"
 #include "kernels/cpu/float_math.h"
 #include "kernels/unary_math.h"
+#include "tapegrad/ops.h"
 
 #include <math.h>
 #include <stdatomic.h>

@@ -12,6 +12,7 @@
 #include "kernels/conv1d.h"
 #include "kernels/cpu/float_math.h"
 #include "kernels/cpu/rows.h"
+#include "tapegrad/ops.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>

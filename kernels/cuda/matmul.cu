@@ -19,6 +19,7 @@
 // written in place is computed into scratch and copied back.
 #include "kernels/cuda/common.cuh"
 #include "kernels/matmul.h"
+#include "tapegrad/ops.h"
 
 #include <cublas_v2.h>
 #include <limits.h>
