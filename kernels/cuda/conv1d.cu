@@ -27,8 +27,8 @@
 // look-back taps have weight 0), so the tap loops unroll and the windows stay in registers.
 //
 // The kernels move many bytes and do little arithmetic, but with 16-bit data the arithmetic
-// per byte doubles, and instruction issue, not DRAM, becomes the limit (bench/NOTES.md has
-// the counter readings). So the per-element work is kept lean: the sigmoid is one ex2 and
+// per byte doubles, and instruction issue, not DRAM, becomes the limit (docs/benchmarks.md
+// has the counter readings). So the per-element work is kept lean: the sigmoid is one ex2 and
 // one reciprocal (flush-to-zero forms, no subnormal fix-ups), the 16-bit backward's slope of
 // SiLU one tanh and three FMAs (scaled_gradient), the activation is chosen by a select
 // rather than a branch, and the row kernels do their 64-bit index maths once per row.
@@ -105,25 +105,22 @@ bool channels_vectorisable(const tg_tensor *t, int cpt)
 }
 
 // Rows from this length on take the staged forward where the halo is wide (forward_may_stage;
-// 16-bit K > 4: at K = 8, 93% of the copy bandwidth against 73% direct, bench/NOTES.md v10);
-// shorter rows the direct one unless forward_stages_full_blocks, and every row at K ≤ 4
-// (16×1536×16384 bf16 at K = 2, 3, 4: 391, 397, 404 µs against 408 µs staged, v15). f32 at
-// K = 8 measured slower staged (772 → 795 µs; 8×1536×2048 55.9 → 58.0), and so did bf16 K = 8
-// at 8×1536×2048 from full blocks on (31.6 → 38.8; bench/NOTES.md, v40).
+// 16-bit K > 4, where it measured faster than the direct forward's shuffles); shorter rows
+// take the direct one unless forward_stages_full_blocks, and so does every row at K ≤ 4, where
+// the direct forward measured faster. f32 at K = 8 measured slower staged, and so did bf16
+// K = 8 on short rows from full blocks on (docs/benchmarks.md).
 constexpr int64_t kStagedForwardMinL = 8192;
 // Where the staged forward serves, and is compiled: 16-bit data from K = 5 on, and f32 at
-// K = 9–16, where the direct forward waits on its loads (Nsight, f32 16×1536×16384 K = 16:
-// 73% DRAM, `long_scoreboard` three times any other stall) with sixteen taps' work between
-// them: staged, that row's forward measured 912 → 797 µs (83.6% → 95.6% of the copy
-// bandwidth) and K = 12 910 → 796 (bench/NOTES.md, v40).
+// K = 9–16, where the direct forward waits on its loads (Nsight Compute: `long_scoreboard`
+// stalls above all others) with sixteen taps' work between them, and the staged one measured
+// faster (docs/benchmarks.md).
 template <typename T, int KB> __host__ __device__ constexpr bool forward_may_stage()
 {
     return sizeof(T) == 2 ? KB > 4 : KB == 16;
 }
 // Whether it also takes rows shorter than kStagedForwardMinL, from full blocks on: on tensor
-// cores (L = 2048: 45 against 62 µs at 8×1536×2048, bf16 K = 16; with fewer threads per
-// block it measured slower, 77 against 64 µs at 32×768×1024) and in f32 (K = 16 forward
-// 77.4 → 59.0 µs at 8×1536×2048, 80.3 → 66.4 at 32×768×1024; bench/NOTES.md, v40).
+// cores and in f32, where that measured faster than the direct forward (on tensor cores with
+// fewer threads per block, slower; docs/benchmarks.md).
 template <typename T, int KB> __host__ __device__ constexpr bool forward_stages_full_blocks()
 {
     return forward_on_tensor_cores<T, KB>() || sizeof(T) == 4;
@@ -138,12 +135,10 @@ int row_threads(int64_t L, int steps_per_thread)
 
 // Rows of one span (short rows) per block of the direct forward in 16-bit data: 2 at K = 3
 // and 4, 4 from K = 5 on, one row per block below K = 3 and in f32 (row_fwd_direct_rows).
-// Measured (bench/NOTES.md, v27), forward µs at 8×1536×2048 and 32×768×1024, one row → 2 → 4:
-// bf16 K = 8 41.6 → 38.4 → 36.2 and 42.0 → 37.9 → 35.5 (8 rows: 35.5, 35.6); K = 4 31.9 → 30.4
-// → 31.6 and 31.8 → 30.4 → 31.6 (8 rows: 36.0, 37.2); K = 3 31.5 → 30.3 → 31.7. Four rows
-// slowed bf16 K = 2 (30.1 → 31.3) and f32 K = 4 at 32×768×1024 (53.3 → 55.2). With the grid
-// and halo of row_fwd_direct_grouped (v29), 4 rows at K = 3 and 4 again lost: 29.1–29.6 →
-// 31.1–31.4 µs at both sizes.
+// A block of several rows loads the channel's taps once for them all. The counts are the ones
+// that measured fastest on the short rows: two rows beat one from K = 3 on and four beat two
+// from K = 5 on, while four slowed bf16 K = 2 to 4 and f32 (at K = 3 and 4 also with the
+// grid and halo of row_fwd_direct_grouped; docs/benchmarks.md).
 template <typename T, int KB> constexpr int direct_forward_rows()
 {
     return sizeof(T) != 2 || KB < 3 ? 1 : KB <= 4 ? 2 : 4;
@@ -165,10 +160,8 @@ template <typename T> int64_t rows_to_a_block(const conv_args &a, const tg_tenso
 // Rows for row_fwd_side_by_side (rows_to_a_block), when the grid of C × ⌈B / rows⌉ fits and
 // the halo lies in one lane's steps (f32 from K = 10 on: no); else 0. Rows of exactly a
 // warp's steps go side by side too where the direct forward would take them one to a block
-// (f32, and 16-bit data at K ≤ 2): at 128×768×256 f32 the forward went 64.4–65.0 → 52.1–52.8
-// µs at K = 2 and 4, 66.4–66.6 → 60.5 at K = 8, and bf16 at 64×768×512 K = 2 34.9–35.1 →
-// 32.4; where it groups rows (16-bit from K = 3 on) that lost, K = 4 29.3–29.5 → 32.4 and
-// K = 8 33.0–33.2 → 42.6 (bench/NOTES.md).
+// (f32, and 16-bit data at K ≤ 2), where that measured faster; where the direct forward
+// groups rows (16-bit from K = 3 on), side by side measured slower (docs/benchmarks.md).
 template <typename T, int KB> int forward_rows_side_by_side(const conv_args &a, const tg_tensor *x)
 {
     const int64_t rows = rows_to_a_block<T>(a, x, direct_forward_rows<T, KB>() == 1);
@@ -195,11 +188,11 @@ row_plan make_row_fwd_direct_plan(const conv_args &a, const tg_tensor *x, const 
 
 // Spans per block when the grid is sized to the waves of resident blocks (`resident`: blocks
 // the whole GPU holds at once). A block pays a fixed cost besides its spans: its taps, its
-// bookkeeping, and at its end the dw and dbias partials. In the tensor-core backward at
-// K = 8 that was 16% of the instructions with 8 spans per block, about 1.7 spans' worth
-// (bench/NOTES.md, v17), which argues for few, long blocks; a last wave left partly empty
-// argues against. The time is modelled as waves × (spans per block + kBlockCost) over 8 to
-// 64 spans per block; the cheapest wins, the shorter blocks on a tie.
+// bookkeeping, and at its end the dw and dbias partials. In the tensor-core backward its
+// instructions came to nearly two spans' worth (kBlockCost), which argues for few, long
+// blocks; a last wave left partly empty argues against. The time is modelled as waves ×
+// (spans per block + kBlockCost) over 8 to 64 spans per block; the cheapest wins, the
+// shorter blocks on a tie.
 int row_passes_for_waves(int64_t items, int64_t C, int64_t resident)
 {
     constexpr int kMinPasses = 8, kMaxPasses = 64;
@@ -243,8 +236,8 @@ row_plan make_row_plan(const conv_args &a, const tg_tensor *x, const tg_tensor *
     plan.spans = rows > 1 ? 1 : (a.L + plan.chunk_len - 1) / plan.chunk_len;
     const int64_t items = rows > 1 ? (a.B + rows - 1) / rows : a.B * plan.spans; // per channel
     // Spans of rows side by side: up to 16 per block, so that a block takes more of its
-    // channel's rows (often all: no second kernel for the sums). At 128×768×256 bf16 K = 4,
-    // fwd+bwd 93.5–93.8 µs against 96.3–97.1 with 8 (bench/NOTES.md, v30).
+    // channel's rows (often all: no second kernel for the sums), which measured faster than 8
+    // (docs/benchmarks.md).
     plan.passes = whole_lists ? (int)items
                   : rows > 1  ? (int)(items < 16 ? items : 16)
                               : row_passes_for_waves(items, a.C, resident);
@@ -264,7 +257,7 @@ row_plan make_row_plan(const conv_args &a, const tg_tensor *x, const tg_tensor *
 // Tiles of kTileT steps; a block walks several of them (its weights and setup then serve more
 // steps, and the backward leaves fewer partials to sum), as long as the grid keeps about
 // 16384 blocks: some 8 waves on a 132-SM card, so the last, partly filled wave costs little.
-// (With 2–3 waves, a third of the last one idle showed as 30% of the time.)
+// (With 2–3 waves, the partly idle last one showed as a large share of the time.)
 // x, and the dout the backward stages (NULL in the forward); out (or dx) is written.
 template <typename T>
 tile_plan make_tile_plan(const conv_args &a, const tg_tensor *x, const tg_tensor *y, const tg_tensor *out)
@@ -288,11 +281,11 @@ tile_plan make_tile_plan(const conv_args &a, const tg_tensor *x, const tg_tensor
 // Segments of at most `longest_segment` steps, 256 by default (the halo recomputed at each
 // segment's start then costs (KB − 1)/256 of the work), shorter while the grid has fewer than
 // `wanted_blocks` (by default about 4096), down to `shortest_segment` (64 steps by default,
-// a multiple of every chunk; stream_fwd_mma asks for whole tiles): on the short rows (8×1536×2048,
-// 32×768×1024 bf16) 64 measured 14–16% faster forward+backward than 32, and 128 (with 512 at
-// most) 2% slower than 64; the long rows did not move then (bench/NOTES.md, v16; the 16-bit
-// forward at K ≤ 8 has since measured faster at 64, stream_forward_longest_segment). `out` is
-// the kernel's output (out, or dx). most_across: stream_most_warps_across.
+// a multiple of every chunk; stream_fwd_mma asks for whole tiles): on the short rows 64
+// measured faster forward+backward than 32 or 128, and the long rows did not move (the 16-bit
+// forward at K ≤ 8 has since measured faster at 64, stream_forward_longest_segment;
+// docs/benchmarks.md). `out` is the kernel's output (out, or dx). most_across:
+// stream_most_warps_across.
 template <typename T, int CPT>
 stream_plan make_stream_plan(const conv_args &a, const tg_tensor *out, int most_across, int64_t longest_segment = 256,
                              int64_t wanted_blocks = 4096, int64_t shortest_segment = 64)
@@ -314,17 +307,12 @@ stream_plan make_stream_plan(const conv_args &a, const tg_tensor *out, int most_
 }
 
 // The forward's longest segment: 64 steps for 16-bit data at K ≤ 8, where it measured faster
-// than 256 (bf16 channel-last 16×1536×16384, forward µs, 256 → 128 → 64 steps: K = 8 435.3 →
-// 430.1 → 405.8, fwd+bwd 1132.2 → 1103.1; K = 4 421.7 → 422.5 → 411.1; K = 2 418.2 → 418.3
-// → 404.9; the short rows level; bench/NOTES.md, v41). The kernel's work grows (each segment
-// loads its window's K − 1 steps, one round trip since v34); what shorter segments buy is in
-// the memory system: a plain copy that walks a channel-last tensor the same way
-// (bench/strided_copy.cu, blocks of 256 threads) measured 419.8 µs in segments of 64 steps
-// against 431.0 in segments of 256 with 128-byte pieces per step, 406.4 against 417.0 with
-// 256-byte ones, and 383.2 for the tensor's own copy. At 16-bit K = 16 (a thread's one
-// channel, 15 window loads per segment; before those rows took stream_fwd_mma) 64 steps
-// measured 520.3 → 591.6 µs and 128 541.7; f32
-// at K = 8 821 → 831 (K = 4 813.5 → 811.0): they keep 256.
+// than 256 on the long rows, the short rows level (docs/benchmarks.md). The kernel's work
+// grows (each segment loads its window's K − 1 steps, in one round trip); what shorter
+// segments buy is in the memory system: a plain copy that walks a channel-last tensor the
+// same way (bench/strided_copy.cu) is faster in segments of 64 steps than of 256 too. At
+// 16-bit K = 16 (a thread's one channel, 15 window loads per segment; before those rows took
+// stream_fwd_mma) shorter segments measured slower, and f32 gained nothing: they keep 256.
 template <typename T, int KB> constexpr int64_t stream_forward_longest_segment()
 {
     return sizeof(T) == 2 && KB <= 8 ? 64 : 256;
@@ -431,11 +419,10 @@ tg_status launch_overlapped(const char *op, void (*kernel)(Params...), dim3 grid
     return TG_OK;
 }
 
-// The staged forward measured faster with fewer of its blocks resident: 408 against 411 µs
-// (bf16, 16×1536×16384, K = 2 … 4; 406 against 409 at K = 8) with the shared memory carveout
-// at half, which leaves room for 7 of its blocks per SM instead of 10 (reserving shared
-// memory for 7 blocks gave the same at K ≤ 4). Why fewer blocks streaming rows at once pays
-// is not established (bench/NOTES.md, v13). A hint to the driver, so a failure is ignored.
+// The staged forward measured faster with fewer of its blocks resident (docs/causal_conv1d.md):
+// the shared memory carveout at half leaves room for 7 of its blocks per SM instead of 10
+// (reserving shared memory for 7 blocks gave the same at K ≤ 4). Why fewer blocks streaming
+// rows at once pays is not established. A hint to the driver, so a failure is ignored.
 // Set once per kernel: `done` is the caller's static flag for it (a race at worst sets it
 // twice).
 template <typename Kernel> void set_attribute_once(Kernel kernel, cudaFuncAttribute attribute, int value, bool &done)
@@ -462,20 +449,18 @@ int carveout_for_blocks(int blocks, int block_bytes)
     return wanted >= most ? 100 : (int)((100 * wanted + most - 1) / most);
 }
 
-// 16-bit channel-last rows at K = 9 … 16 take the forward on tensor cores (stream_fwd_mma):
-// bf16 16×1536×16384 K = 16 forward 519.9 µs in 137acaf's check, 445.3 (85.5% of the copy
-// rate) in fb0c704's; 8×1536×2048 45.8–45.9 → 39.4 (bench/NOTES.md, v43).
+// 16-bit channel-last rows at K = 9 … 16 take the forward on tensor cores (stream_fwd_mma),
+// whose work does not grow with K: it measured faster than the float stream forward on long
+// and short rows (docs/benchmarks.md).
 template <typename T, int KB> constexpr bool forward_stream_on_tensor_cores() { return sizeof(T) == 2 && KB == 16; }
 
 // stream_fwd_mma's plan: the stream plan of one channel per lane, with segments of 512 steps
 // (4 tiles), halved down to 128 while the grid has fewer than about two and a half waves of
-// blocks (two per SM). bf16 channel-last K = 16, forward µs by the longest segment, the grid
-// halving below 2048 blocks (bench/NOTES.md, v43): 16×1536×16384 1024 steps 500.8–502.0,
-// 512 440.5–442.1, 384 455.2–455.6, 256 472.0–472.4; 8×1536×2048 at 512 steps with no
-// halving (384 blocks) 45.2, at 256 (768 blocks) 39.1–39.8, halved to 128 (one tile per
-// segment) 45.7–45.8. What shorter segments cost is not their starts (the first tile's wait,
-// the taps' operands): warps that walk several segments in turn, carrying both over,
-// measured no faster (v43); nor is it what a plain copy of the same walk shows, which is
+// blocks (two per SM). On the long rows 512 steps measured faster than longer or shorter
+// segments; on the short rows halving to 256 measured faster, and on to 128 (one tile per
+// segment) slower (docs/benchmarks.md). What shorter segments cost is not their starts (the
+// first tile's wait, the taps' operands): warps that walk several segments in turn, carrying
+// both over, measured no faster; nor is it what a plain copy of the same walk shows, which is
 // faster in shorter segments (stream_forward_longest_segment). Not found.
 template <typename T> stream_plan make_mma_stream_plan(const conv_args &a, const tg_tensor *out)
 {
@@ -512,8 +497,8 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder()
 // their rings' layout (16-byte pieces swizzled by 64 bytes). False where the copy engine cannot
 // take the tensor (steps not 16-byte aligned, coordinates past 2^31) or the driver cannot
 // encode it. The L2 fetches 128 bytes around each 64-byte row, the neighbouring channel
-// group's too, which another warp or block reads at about the same time: 256 bytes measured
-// level, none 22 µs slower in the bf16 16×1536×16384 K = 16 forward (bench/NOTES.md, v46).
+// group's too, which another warp or block reads at about the same time: without that
+// promotion the forward measured slower, with 256 bytes level (docs/benchmarks.md).
 bool channel_last_box_map(const t3 &t, const conv_args &a, CUtensorMap *map)
 {
     using M = mma_backward_shape;
@@ -535,10 +520,8 @@ bool channel_last_box_map(const t3 &t, const conv_args &a, CUtensorMap *map)
 
 // stream_bwd_mma's plan: blocks of 32 channels and one segment of up to 16384 steps, halved
 // down to 256 while the grid has fewer than about two waves of blocks (two per SM). Each
-// segment's walk takes one tile of g past its end, but longer segments gained far more than
-// that tile's share: bf16 16×1536×16384 K = 16 fwd+bwd µs by the longest segment, one call
-// (bench/NOTES.md, v44): 2048 1539.9–1540.0, 4096 1458.8–1461.6, 8192 1408.9–1411.8, 16384
-// (a segment per row, 768 blocks) 1388.1–1393.6.
+// segment's walk takes one tile of g past its end, but longer segments measured faster by far
+// more than that tile's share, up to a segment per row (docs/benchmarks.md).
 mma_backward_plan make_mma_backward_plan(const conv_args &a, const tg_tensor *dx)
 {
     using M = mma_backward_shape;
@@ -637,10 +620,9 @@ tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *fina
 // rows of rows_to_a_block when they are staged whole (row_plan::whole_rows: dout aligned too,
 // no initial states), cut until the buffers fit 32 KB (each slot adds 2H steps: at K = 16
 // and L = 8, more than the row; a launch gets 48 KB of shared memory in all without asking);
-// else 1. At 128×768×256 bf16 K = 4 fwd+bwd went 127.3–127.4 → 93.5–93.8 µs with this alone
-// (the backward 82 → 48 µs). Rows of a warp or more measured faster one to a span: side by
-// side, bf16 K = 3 went 75.1–75.2 → 76.1–76.4 µs at 64×768×512 and 74.1–74.3 → 74.6–74.8 at
-// 32×768×1024, f32 K = 4 146.4 → 152.5 at 128×768×256 (bench/NOTES.md, v30).
+// else 1. One to a span, such rows leave most of a block's threads idle; side by side they
+// measured much faster. Rows of a warp's steps or more measured faster one to a span
+// (docs/benchmarks.md).
 template <typename T, int KB> int rows_side_by_side(const conv_args &a, const tg_tensor *x, const tg_tensor *y)
 {
     int rows = (int)rows_to_a_block<T>(a, x);
@@ -652,15 +634,10 @@ template <typename T, int KB> int rows_side_by_side(const conv_args &a, const tg
 // Whether each float-backward block takes its channel's whole list of spans (whole rows, one
 // to a span), and so writes dw and dbias itself: no workspace and no second kernel. Up to 32
 // spans, when the grid of one block per channel is resident at once and still gives every
-// SM 8 warps. Measured in one call, two rounds each (bench/NOTES.md, v32), bf16 fwd+bwd µs:
-//   - 32×768×1024 (768 blocks of two warps, 11.6 warps per SM): K = 2 74.0–74.5 → 72.3–72.6,
-//     K = 3 74.2–74.7 → 71.1–71.5, K = 4 76.5–76.9 → 73.0; f32 K = 4 133.2–133.7 → 131.2–131.3;
-//     24×768×1024 K = 4 64.5–64.7 → 56.8–57.1. Blocks of 16 spans there (two per channel, all
-//     resident, the second kernel summing two parts) measured as 8: the second kernel, not
-//     the partly filled last wave, was the cost.
-//   - Fewer warps: 32×512×1024 (7.8 per SM) level, 32×384×1024 (5.8) 43.7 → 51.1 µs.
-//   - More blocks than the GPU holds (16×1536×2048, 1536 blocks for 1056 places): 134.7–135.4
-//     → 137.2–137.7 µs; f32 8×1536×2048 (two spans to a row) 134.0 → 137.6–138.6.
+// SM 8 warps, where it measured faster. Blocks of 16 spans (two per channel, all resident,
+// the second kernel summing two parts) measured as 8: the second kernel, not the partly
+// filled last wave, was the cost. With fewer warps per SM whole lists measured level or
+// slower, and with more blocks than the GPU holds at once, slower (docs/benchmarks.md).
 // `plan` is the one-row plan made without whole lists.
 template <typename Kernel>
 bool backward_takes_whole_lists(const conv_args &a, const row_plan &plan, Kernel kernel, int threads, size_t shared)
@@ -680,10 +657,8 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
     const bool streams = !rows && streams_take<T, stream_backward_cpt<T, KB>()>(a, in->x, dout, dx);
     int64_t parts;
     // Rows shorter than one warp's pass of the tensor-core backward (1024 steps) would leave
-    // most of its lanes idle: they take the float backward. bf16 K = 8 fwd+bwd, tensor cores
-    // against float: 268.4–268.8 → 103.5–104.1 µs at 128×768×256, 137.4–137.8 → 100.1–100.5
-    // at 64×768×512; at L = 1024 the tensor cores stay ahead, 81.8–82.0 against 96.5–96.7 µs
-    // (32×768×1024; bench/NOTES.md, v30).
+    // most of its lanes idle: they take the float backward, which measured faster there; from
+    // L = 1024 on the tensor cores stay ahead (docs/benchmarks.md).
     const bool tensor_cores = backward_on_tensor_cores<T, KB>() && a.L >= 32 * kTensorCoreStepsPerThread;
     const int steps_per_thread = tensor_cores ? kTensorCoreStepsPerThread : row_ept<T>();
     const int span_stages = tensor_cores ? kTensorCoreStages : kStages;
@@ -709,12 +684,11 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
         if constexpr (backward_on_tensor_cores<T, KB>())
             if (tensor_cores) row_kernel = a.silu ? row_bwd_tensor_cores<T, KB, true> : row_bwd_tensor_cores<T, KB, false>;
         // The tensor-core backward's blocks end with costly partial sums: its grid fills whole
-        // waves with long blocks (K = 8, 512 steps per warp pass then: fwd+bwd 1177 → 1127 µs).
-        // The float backward measured slower that way (bf16 K = 4 1002 → 1032 µs, f32 1948 →
-        // 1975): 8 spans per block; except where it shares the slopes (f32 K = 9–16 with SiLU),
-        // whose 17 sums per thread at a block's end were 9% of its instructions with 8 spans
-        // per block (Nsight): whole waves there measured f32 16×1536×16384 K = 16 fwd+bwd
-        // 2288–2304 → 2141–2212 µs, 8×1536×2048 163.0–163.3 → 159.6 (bench/NOTES.md, v40).
+        // waves with long blocks, which measured faster. The float backward measured slower
+        // that way: 8 spans per block; except where it shares the slopes (f32 K = 9–16 with
+        // SiLU), whose 17 sums per thread at a block's end are a real share of its instructions
+        // with 8 spans per block (Nsight Compute): there whole waves measured faster
+        // (docs/benchmarks.md).
         const bool long_blocks = tensor_cores || row_shape<T, KB>::shares_slopes(a.silu);
         int64_t resident = 0;
         if (long_blocks) resident = tg_cuda_resident_blocks(row_kernel, threads, row_shared);
@@ -735,11 +709,10 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
         if (!fits_stream_grid(a, mplan)) return too_large(a);
     } else if (float_streams) {
         // Wide taps take longer segments: each segment recomputes K − 1 steps past its end and
-        // computes its first and last chunks with bounds tests, a larger share at K > 4.
-        // bf16 16×1536×16384 fwd+bwd, 512 steps against 256: K = 8 1285 → 1259 µs, but
-        // K = 4 1046 → 1080 and K = 3 1048 → 1072 (half the blocks: a larger last wave).
-        // 1024 against 512: bf16 K = 8 1260 → 1249 µs, K = 16 1960 → 1933, but f32 K = 8
-        // 2069 → 2081–2088 (bench/NOTES.md, v26). The blocks wanted fall as the segments grow
+        // computes its first and last chunks with bounds tests, a larger share at K > 4. 512
+        // steps measured faster than 256 at K = 8 but slower at K = 3 and 4 (half the blocks:
+        // a larger last wave), and 1024 faster than 512 for 16-bit data at K = 8 and 16 but
+        // slower for f32 (docs/benchmarks.md). The blocks wanted fall as the segments grow
         // (4096, 2048, 1024), the pairs measured.
         constexpr int64_t kSegment = KB < 8 ? 256 : sizeof(T) == 2 ? 1024 : 512;
         splan = make_stream_plan<T, stream_backward_cpt<T, KB>()>(a, dx, stream_most_warps_across<true>(), kSegment,
@@ -753,12 +726,10 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
     }
     // A row block that holds its channel's whole list (8 spans or fewer, or up to 32 when
     // backward_takes_whole_lists) writes dw and dbias itself: no workspace and no second
-    // kernel, whose launch and 4 µs were a real share of short rows (8×1536×2048 bf16
-    // fwd+bwd: K = 4 87.0 → 82.0 µs, K = 8 101.4 → 95.6 µs; bench/NOTES.md). The sum is the
-    // one the second kernel made (x + 0). Whole lists of up to 64 rows measured level with the
-    // kernels of v17 (32×768×1024 K = 4: 87.2–88.8 against 87.7–88.1 µs) and slower on tensor
-    // cores (K = 8: 100.4 → 121.7 µs); since spans are staged as whole rows (v26) the float
-    // backward gains where backward_takes_whole_lists says.
+    // kernel, whose launch and run were a real share of short rows (docs/benchmarks.md). The
+    // sum is the one the second kernel made (x + 0). Whole lists of up to 64 rows had measured
+    // level in the float backward and slower on tensor cores; since spans are staged as whole
+    // rows the float backward gains where backward_takes_whole_lists says.
     a.grads.dw = dweight ? tg_bytes(dweight) : NULL;
     a.grads.dws0 = dweight ? dweight->strides[0] : 0;
     a.grads.dws1 = dweight ? dweight->strides[1] : 0;
@@ -789,11 +760,9 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
     } else if (float_streams) {
         if constexpr (!backward_stream_on_tensor_cores<T, KB>()) {
             auto kernel = a.silu ? stream_bwd<T, KB, true> : stream_bwd<T, KB, false>;
-            // At K ≤ 4 its registers let five blocks onto an SM; four measured faster (bf16
-            // channel-last K = 4 fwd+bwd 1052.5–1053.1 → 1045.9–1046.0 µs, K = 2 1039.1–1039.9 →
-            // 1034.1–1035.4, f32 K = 4 2015.3–2016.8 → 2010.7–2011.0; K = 8, at four already,
-            // level; bench/NOTES.md, v35): a carve-out for four blocks' rings keeps it there,
-            // and leaves the rest of the SM's memory to L1.
+            // At K ≤ 4 its registers let five blocks onto an SM; four measured faster
+            // (docs/benchmarks.md): a carve-out for four blocks' rings keeps it there, and
+            // leaves the rest of the SM's memory to L1.
             static const int carveout = carveout_for_blocks(kStreamBackwardBlocks, stream_backward_ring_bytes<KB>());
             static bool carveout_set[2];
             prefer_fewer_resident_blocks(kernel, carveout_set[a.silu], carveout);

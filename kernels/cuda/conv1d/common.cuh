@@ -88,7 +88,7 @@ template <typename T> __device__ inline float x_at(const conv_args &a, int64_t b
 template <typename T, int KB> __device__ inline float load_taps(const conv_args &a, int64_t c, float (&wl)[KB])
 {
     // wl[0], then a step back per tap: a 64-bit multiply per tap had been a real share of the
-    // short-row blocks' setup, and of the stream kernels' (bf16 cl K = 8 fwd+bwd 1250 → 1235 µs).
+    // short-row blocks' setup, and of the stream kernels' (docs/benchmarks.md).
     const T *w = (const T *)a.w + c * a.ws0 + (a.K - 1) * a.ws1;
 #pragma unroll
     for (int i = 0; i < KB; i++, w -= a.ws1) wl[i] = i < a.K ? tg_to_float(*w) : 0.0f;
@@ -130,10 +130,9 @@ __device__ inline float activation_slope(float z, bool silu)
 //                                                                              (4 instructions)
 // The PTX ISA promises the tanh to about 2⁻¹¹; on the H200 it measured within 2⁻¹⁷ of tanh over
 // [−12, 12], and the slope 2·act'(z) within 1.8·10⁻⁵ for z in [−24, 24], far under the 2⁻⁹ at
-// which a 16-bit dx, dw or dbias is stored (the tests hold dx to one storage step). It cuts the
-// stream backward's unchecked bf16 K = 8 chunk from 579 to 530 instructions: bf16 channel-last
-// K = 8 (16×1536×16384) fwd+bwd 1149.3–1150.0 → 1134.8–1137.1 µs, K = 16 1801.5–1803.1 →
-// 1713.8–1725.8 (bench/NOTES.md, v35). Float32 storage keeps the slope to float32
+// which a 16-bit dx, dw or dbias is stored (the tests hold dx to one storage step). It takes
+// instructions off the stream backward's chunk, which measured faster at K = 8 and 16
+// (docs/benchmarks.md). Float32 storage keeps the slope to float32
 // accuracy. Scaling by 1/2 is exact, so the 16-bit taps and bias lose nothing either.
 constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 template <typename T> __host__ __device__ constexpr float tap_scale()
@@ -201,15 +200,14 @@ template <int N> __device__ inline void copies_wait_groups() { asm volatile("cp.
 // The backward's kernels are launched with Hopper's programmatic dependent launch
 // (launch_overlapped): each may be scheduled while the kernel before it finishes, which hides
 // the few microseconds between two kernels (a real share at the short benchmark sizes, where
-// a pass takes 25–60 µs). A kernel allows the next one from its start
+// a pass takes tens of microseconds). A kernel allows the next one from its start
 // (next_kernel_may_start), and touches no global memory before after_previous_kernels, which
 // returns once the kernels before it have finished and their writes are visible (at once
-// without the attribute). The main backward launched so measured 1.5–1.9 µs faster
-// forward+backward on the short rows (8×1536×2048 bf16 K = 4: 82.1 → 80.5 µs), the same on
-// the long ones. The forwards are launched plainly: a wait at the start of every block
-// measured slower (the short-row forward's blocks live a few microseconds each), and letting
-// the backward's blocks in from the forward's start slowed the forward (32×768×1024: 31.8 →
-// 33.8 µs).
+// without the attribute). The main backward launched so measured faster forward+backward on
+// the short rows, the same on the long ones. The forwards are launched plainly: a wait at the
+// start of every block measured slower (the short-row forward's blocks live a few
+// microseconds each), and letting the backward's blocks in from the forward's start slowed
+// the forward (docs/benchmarks.md).
 __device__ inline void next_kernel_may_start()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

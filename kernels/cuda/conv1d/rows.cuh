@@ -36,15 +36,15 @@ struct row_plan {
     // with no initial states: the backward stages a span as one bulk copy per tensor, and the
     // zeros around the row (x's halo before step 0, both tensors past L) lie at the same place
     // in every buffer, so a block writes them once (backward_stage::zero_row_edges). Short
-    // rows are all edge spans; through stage_span their staging and bookkeeping were 43% of
-    // the backward's instructions at 8×1536×2048 bf16, and this path took that size's K = 4
-    // fwd+bwd from 80.8 to 76.5 µs, 32×768×1024's from 85.4 to 79.8 (bench/NOTES.md, v26).
+    // rows are all edge spans; through stage_span their staging and bookkeeping were a large
+    // share of the short-row backward's instructions, and this path measured faster
+    // (docs/benchmarks.md).
     bool whole_rows;
     __device__ bool stages_whole_rows() const { return TG_BULK_COPY && whole_rows; }
     // The side-by-side list's items per channel, ⌈B / R⌉, worked out here: in the kernel the
-    // 64-bit division cost each block about a hundred instructions, and the 128×768×256 rows
-    // 0.6–1.2 µs (bench/NOTES.md). Last in the struct: ahead of the fields above, it changed
-    // how the one-row kernels load them.
+    // 64-bit division cost each block about a hundred instructions, which measured slower on
+    // the shortest rows. Last in the struct: ahead of the fields above, it changed how the
+    // one-row kernels load them.
     int items;
 };
 
@@ -57,10 +57,8 @@ template <typename T, int KB> struct row_shape {
     static constexpr int EPT = row_ept<T>();
     // The float backward (row_bwd) shares g through shared memory instead of rebuilding the
     // K − 1 steps after each thread's EPT, at f32 K = 9–16, where those were two thirds of the
-    // z and g it built. f32 channel-first fwd+bwd at K = 16: 16×1536×16384 2748–2840 →
-    // 2249–2322 µs, 8×1536×2048 222.9–223.3 → 184.0–184.4, 32×768×1024 203.3–203.7 →
-    // 172.6–172.7. At K = 8 (7 rebuilt per 8) the block barrier costs more than it saves:
-    // 8×1536×2048 147.7–148.1 → 149.1–149.8 (bench/NOTES.md, v38). 16-bit data would need a
+    // z and g it built, and where sharing measured faster. At K = 8 (7 rebuilt per 8) the
+    // block barrier costs more than it saves (docs/benchmarks.md). 16-bit data would need a
     // float buffer for g beside its 16-bit dout. Only with SiLU: without it g is dout times
     // a constant, and nothing is rebuilt.
     __host__ __device__ static constexpr bool shares_slopes(bool silu) { return silu && sizeof(T) == 4 && KB == 16; }

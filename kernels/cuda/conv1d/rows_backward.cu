@@ -352,7 +352,7 @@ __device__ inline void write_block_sums(const conv_args &a, float (&partial)[N],
 // so that row r's x over [−H, L + H) and dout over [0, L + H) are contiguous, the H zeros
 // between two rows serving as the one's right halo and the next one's left. The one-row
 // kernels are compiled without this (SIDE_BY_SIDE false): as one general form it measured
-// 1.1–1.3 µs slower fwd+bwd at 32×768×1024 bf16 (bench/NOTES.md, v30).
+// slower on the short rows (docs/benchmarks.md).
 template <typename T, int KB, int STAGES, bool SIDE_BY_SIDE = false> struct backward_stage {
     static constexpr int H = row_shape<T, KB>::H;
     const conv_args &a;

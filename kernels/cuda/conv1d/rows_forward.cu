@@ -23,7 +23,7 @@ __device__ inline void forward_window(const float (&wl)[KB], float bias, const f
 // The forward in registers, for f32 and for short rows: each thread loads its EPT steps
 // straight into registers and takes the K − 1 before them from the neighbouring lane by a
 // shuffle. It has no shared memory and no barriers, and measured faster than the staged
-// forward below except on long 16-bit rows (bench/NOTES.md, v10). chunks blocks per (b, c)
+// forward below except on long 16-bit rows (docs/benchmarks.md). chunks blocks per (b, c)
 // row, each making up to `passes` passes of chunk_len steps.
 // The K−1 steps left of each thread's window, x[t0 − (KB−1)] … x[t0 − 1], mostly taken from
 // the neighbouring lanes' registers (a shuffle instead of a second read); the first lanes of
@@ -36,8 +36,8 @@ __device__ inline void left_halo(const conv_args &a, const T *x, bool vec_x, int
     const int lane = threadIdx.x % 32;
     constexpr int V = vec_width<T>(), NV = (KB - 1 + V - 1) / V, LOADERS = (KB - 1 + EPT - 1) / EPT;
     // From K = 8 on the first lanes take their steps before the warp's window as 16-byte
-    // vectors where the row allows, instead of one load and branch per step (f32 8×1536×2048
-    // forward at K = 8 57.0 → 56.1 µs, at K = 16 79.1 → 77.3; bench/NOTES.md, v39).
+    // vectors where the row allows, instead of one load and branch per step, which measured
+    // faster in f32 (docs/benchmarks.md).
     float before[NV * V]; // x[t0 − NV·V] … x[t0 − 1]
     const bool vectors = KB >= 8 && lane < LOADERS && vec_x && t0 >= NV * V && t0 <= a.L;
     if (vectors) {
@@ -182,11 +182,10 @@ template <int KB> constexpr int grouped_forward_min_blocks() { return KB <= 4 ? 
 // Short rows (direct_forward_rows): a block per ROWS rows of a channel, which loads the
 // channel's taps once for all of them (row_fwd_direct_rows), on a grid of C × ⌈B / ROWS⌉
 // blocks, so that a block finds its channel and rows without a division. A block of 2 rows
-// used to spend about a third of its code (190 of 640 instructions) before its
-// first row: the division, 64-bit arithmetic per tap, the loads. With this grid, the taps
-// loaded by one stepped pointer (load_taps) and the halo by aligned_left_halo, the forward
-// measured 30.2–30.5 → 29.2–29.8 µs at bf16 K = 4 and 35.0–35.7 → 31.7–33.5 at K = 8
-// (8×1536×2048, 32×768×1024; bench/NOTES.md, v29).
+// used to spend about a third of its code before its first row: the division, 64-bit
+// arithmetic per tap, the loads. With this grid, the taps loaded by one stepped pointer
+// (load_taps) and the halo by aligned_left_halo, the forward measured faster on the short
+// rows (docs/benchmarks.md).
 template <typename T, int KB, int ROWS>
 __global__ void __launch_bounds__(kBlock, grouped_forward_min_blocks<KB>()) row_fwd_direct_grouped(conv_args a,
                                                                                                  bool vec_y)
@@ -201,10 +200,9 @@ __global__ void __launch_bounds__(kBlock, grouped_forward_min_blocks<KB>()) row_
 // (forward_rows_side_by_side): one row per block would leave lanes idle (bf16 at L = 256: 16
 // of 32), and rows in turn (row_fwd_direct_grouped) leave them idle too. Here a block takes
 // `rows` rows of its channel side by side, L / EPT threads each, all at once; threads past
-// them (the block is whole warps) or past B compute nothing. On a C × ⌈B / rows⌉ grid. At
-// 128×768×256 bf16 the forward went 64.8 → 30.4 µs at K = 2 (one row per block before),
-// 41.8 → 31.8 at K = 3 and 45.2 → 32.3 at K = 4 (two rows in turn), 58.4 → 42.7 at K = 8
-// (four); bench/NOTES.md, v30.
+// them (the block is whole warps) or past B compute nothing. On a C × ⌈B / rows⌉ grid. On
+// the shortest rows it measured much faster than rows one to a block or in turn
+// (docs/benchmarks.md).
 template <typename T, int KB>
 __global__ void __launch_bounds__(kBlock, grouped_forward_min_blocks<KB>()) row_fwd_side_by_side(conv_args a, int rows,
                                                                                                 bool vec_y)
@@ -230,15 +228,15 @@ __global__ void __launch_bounds__(kBlock, grouped_forward_min_blocks<KB>()) row_
     store_row<T, EPT>(row_of<T>(a.y, b, c), vec_y, a.L, t0, out);
 }
 
-// The staged forward, for long aligned 16-bit rows (at K = 8 its shared-memory halo beats the
-// direct forward's seven shuffles and first-lane loads per pass: 93% of copy bandwidth
-// against 73%, bench/NOTES.md v10) and for aligned f32 rows at K = 9–16 (forward_may_stage).
+// The staged forward, for long aligned 16-bit rows (at K = 8 its shared-memory halo measured
+// faster than the direct forward's seven shuffles and first-lane loads per pass,
+// docs/benchmarks.md) and for aligned f32 rows at K = 9–16 (forward_may_stage).
 // Its walk is a producer/consumer pipeline without block-wide barriers: thread 0 stages each
 // span (stage_span_alone) two ahead of the one being computed, into one of four buffers, and
 // before it reuses a buffer it waits until every thread has said, on that buffer's `consumed`
 // barrier, that it is done with it. A thread that finishes a span goes on to the next as soon
 // as that one has arrived, so the warps of a block are not held in step (a block barrier per
-// span measured 91% of the copy bandwidth, this walk 92%, bench/NOTES.md). The backward keeps
+// span measured slightly slower). The backward keeps
 // walk_spans: there the pipeline measured slower.
 constexpr int kForwardStages = 4, kForwardAhead = 2;
 
@@ -318,7 +316,7 @@ __global__ void __launch_bounds__(kBlock) row_fwd_staged(conv_args a, row_plan p
     using S = row_shape<T, KB>;
     constexpr int EPT = S::EPT, H = S::H;
     // Static shared memory here: this kernel only runs on long rows (full blocks), and the
-    // same buffers in dynamic shared memory measured 4% slower (bench/NOTES.md, v12).
+    // same buffers in dynamic shared memory measured slower.
     constexpr int XN = kBlock * EPT + H; // x over [t0 − H, t0 + ch), ch ≤ kBlock · EPT
     __shared__ alignas(16) T xs[kForwardStages][XN];
     __shared__ uint64_t ready[kForwardStages], consumed[kForwardStages];

@@ -47,8 +47,8 @@ __global__ void sum_partials_kernel(const float *ws, int64_t parts, int64_t C, w
     after_previous_kernels();
     const int KB = grads.KB;
     const int64_t n = C * (KB + 1);
-    // 32×768×1024 bf16 K = 4 has 4 parts: with a thread per output its fwd+bwd less fwd fell
-    // from 48.0 to 47.6–47.7 µs (bench/NOTES.md, v27); a warp per output left 28 lanes idle.
+    // A few parts (32×768×1024 bf16 K = 4 has 4) take a thread per output, which measured
+    // faster: a warp per output left 28 of its lanes idle.
     if (parts <= kFewParts) {
         for (int64_t idx = tg_global_index(); idx < n; idx += tg_global_stride()) {
             const int i = (int)(idx % (KB + 1));

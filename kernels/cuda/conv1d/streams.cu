@@ -15,11 +15,9 @@ using namespace tg_conv1d;
 // 16-byte asynchronous copies RING − 1 chunks ahead: the loads in flight hold no registers,
 // and only the warp itself waits on them (no block-wide barrier in the walk).
 
-// The forward takes five where that measured faster on long rows (bench/NOTES.md, v37;
-// 16×1536×16384 channel-last): 16-bit K = 5–8, bf16 forward 439.8–440.3 → 434.5–435.0 µs
-// (fwd+bwd 1135.8–1137.5 → 1132.0–1132.5); f32 K = 9–16, 876.8–877.4 → 868.8–869.4. At
-// 16-bit K = 16 five measured 520.4 → 555.1 µs and eight 613.0, so it kept six (those rows
-// take stream_fwd_mma now).
+// The forward takes five resident blocks where that measured faster on long channel-last
+// rows: 16-bit K = 5–8 and f32 K = 9–16. At 16-bit K = 16 five and eight measured slower, so
+// it kept six (those rows take stream_fwd_mma now; docs/benchmarks.md).
 template <typename T, int KB> __host__ __device__ constexpr int stream_forward_blocks()
 {
     return (sizeof(T) == 2 && KB == 8) || (sizeof(T) == 4 && KB == 16) ? 5 : kStreamForwardBlocks;
@@ -75,8 +73,8 @@ __device__ inline void stream_taps(const conv_args &a, const stream_place &p, fl
 // steps or more into its row reads them as KB − 1 channel words, all asked for before any is
 // used (a thread past C reads its warp's first channels': it writes nothing). Element by
 // element, with a branch around each load (x or the history), they had been (KB − 1)·CPT
-// round trips one after another at every segment's start: bf16 channel-last K = 16 fwd+bwd
-// 1906 → 1800 µs, K = 8 1177 → 1169, 8×1536×2048 K = 4 93.5 → 86.4 (bench/NOTES.md, v34).
+// round trips one after another at every segment's start, which measured slower
+// (docs/benchmarks.md).
 template <typename T, int KB, int CPT>
 __device__ inline void stream_window_start(const conv_args &a, const stream_place &p, float (&win)[KB][CPT])
 {
@@ -101,8 +99,7 @@ __device__ inline void stream_window_start(const conv_args &a, const stream_plac
 // channels per chunk, each step a ROW of 16-byte pieces. Where the lane's pieces come from and
 // go to is worked out once per warp, so issuing a chunk costs an address and the copies: the
 // same arithmetic redone per chunk (the row's address, the shared window's, a bounds test per
-// copy) had been about 180 of the backward's 760 instructions per chunk at bf16 K = 8
-// (bench/NOTES.md, v25).
+// copy) had been a large share of the backward's instructions per chunk.
 template <typename T, int CPT> struct stream_copies {
     using S = stream_shape<T, CPT>;
     static constexpr int PIECES = S::ROW / 16, ROWS_PER_PASS = 32 / PIECES, COPIES = S::U / ROWS_PER_PASS;
@@ -162,10 +159,9 @@ template <typename T, int CPT> struct stream_copies {
 // A warp's outputs of one chunk (U steps of its channels) stored as the 16-byte pieces the
 // copies brought its inputs in as: each lane first writes its words over its own words of
 // the chunk's ring slot (which only it reads), then, after a warp barrier, stores COPIES
-// pieces of the slot, instead of one store per lane and step. Where rows are 128 bytes or
-// more (ROW): the bf16 channel-last backward at K = 8 measured 1193 → 1177 µs fwd+bwd, f32
-// K = 16 2389 → 2353, K ≤ 4 level; with 64-byte rows (16-bit data at K = 16) 1907 → 1950
-// (bench/NOTES.md, v33).
+// pieces of the slot, instead of one store per lane and step. Only where rows are 128 bytes
+// or more (ROW), where that measured faster or level; with 64-byte rows (16-bit data at
+// K = 16) it measured slower (docs/benchmarks.md).
 template <typename T, int CPT> struct stream_stores {
     using S = stream_shape<T, CPT>;
     using Copies = stream_copies<T, CPT>;
@@ -362,8 +358,8 @@ __global__ void __launch_bounds__(kBlock, kStreamBackwardBlocks) stream_bwd(conv
                 unpack_word<T, CPT>(stream_word<T, CPT, CHECKED>(a, d_slots[slot], t, r), d_out);
                 // The maths of step_gradient, add_step_partials (with the segment's own steps
                 // selected, not branched on) and oldest_step_dx, written out: through those
-                // helpers the 16-bit K = 16 build spilled 16–24 bytes and its bf16 backward
-                // measured 9% slower (bench/NOTES.md, v16).
+                // helpers the 16-bit K = 16 build spilled and its bf16 backward measured
+                // slower.
                 const bool own = !CHECKED || t + r < p.end;
 #pragma unroll
                 for (int q = 0; q < CPT; q++) {

@@ -8,8 +8,8 @@
 namespace tg_conv1d {
 
 // Neighbouring channels per thread: two (one 4- or 8-byte word) while the registers allow.
-// The 16-bit forward at K ≤ 4 takes four, so that a warp reads 256-byte rows: 420 against
-// 440 µs at K = 4 (bf16 16×1536×16384); the backward measured 20 µs slower with four.
+// The 16-bit forward at K ≤ 4 takes four, so that a warp reads 256-byte rows, which measured
+// faster; the backward measured slower with four (docs/benchmarks.md).
 template <typename T, int KB> __host__ __device__ constexpr int stream_forward_cpt()
 {
     return sizeof(T) == 2 && KB <= 4 ? 4 : KB <= 8 ? 2 : 1;
@@ -30,9 +30,8 @@ template <typename T, int CPT_> struct stream_shape {
 // Chunks in a stream kernel's ring: four, three in flight while one is computed. The backward
 // past K = 8 takes six: a thread there takes one channel, so a chunk is 16 steps of 64-byte
 // rows, and each warp's copies in flight are fewer bytes; six chunks (five in flight; 48 KB
-// per block, 4 blocks per SM) against four measured bf16 channel-last K = 16 fwd+bwd
-// 2040 → 1960 µs. Otherwise deeper rings were within 1%, forward and backward
-// (bench/NOTES.md, v25 and v26).
+// per block, 4 blocks per SM) measured faster than four. Elsewhere deeper rings measured
+// level, forward and backward (docs/benchmarks.md).
 template <int KB, bool BACKWARD> __host__ __device__ constexpr int stream_ring() { return BACKWARD && KB > 8 ? 6 : 4; }
 // A stream backward block's shared memory: per warp, a ring of 1 KB chunks for x and for dout.
 template <int KB> __host__ __device__ constexpr int stream_backward_ring_bytes()
@@ -41,18 +40,15 @@ template <int KB> __host__ __device__ constexpr int stream_backward_ring_bytes()
 }
 
 // Resident blocks per SM the stream kernels are compiled for (at most 65536 / (128·blocks)
-// registers per thread): 6 and 4 measured 1–2% faster than 8 and 5 at K ≤ 4, where those
-// fit without spills (bench/NOTES.md, v16).
+// registers per thread): 6 and 4 measured faster than 8 and 5 at K ≤ 4, where those fit
+// without spills (docs/benchmarks.md).
 constexpr int kStreamForwardBlocks = 6, kStreamBackwardBlocks = 4;
 // A stream block's warps side by side across C (each with its own channels, at the same
 // steps), the rest one after another along L. The forward takes up to two across: its block
-// then asks for 2·ROW neighbouring bytes per step; bf16 channel-last K = 8 (16×1536×16384)
-// forward measured 440.2 → 436.6 µs and fwd+bwd 1168 → 1148 µs (the backward's unchecked
-// chunk also took another schedule then, same instructions), K ≤ 4 and f32 level
-// (bench/NOTES.md, after v34). Where C's warp-wide channel groups do not pair up (one group,
-// or an odd count) it takes one, as the second warp would have no channels: the bf16 forward
-// with two measured 114.0 → 127.2 µs at 256×64×4096 K = 4 and 154.7 → 171.3 at 512×32×4096
-// K = 8, with this choice 113.7–114.0 and 153.9–154.5. The backward takes one: across C it
+// then asks for 2·ROW neighbouring bytes per step, which measured faster at 16-bit K = 8,
+// level at K ≤ 4 and in f32. Where C's warp-wide channel groups do not pair up (one group,
+// or an odd count) it takes one, as the second warp would have no channels (two across
+// measured slower there; docs/benchmarks.md). The backward takes one: across C it
 // measured slower at K = 4, in f32 and on short rows, and its block sums need a block's warps
 // on the same channels.
 template <bool BACKWARD> __host__ __device__ constexpr int stream_most_warps_across() { return BACKWARD ? 1 : 2; }

@@ -8,7 +8,7 @@ using namespace tg_conv1d;
 // ---- The bf16 channel-last backward on tensor cores, K = 9 … 16 ----------------------------
 //
 // stream_bwd does 3·16 float multiply-adds per element at K = 16 on one channel per thread and
-// is bound by instruction issue (bench/NOTES.md, v33). Here the forward's operand form
+// is bound by instruction issue (docs/benchmarks.md). Here the forward's operand form
 // (stream_fwd_mma) carries over to all three products. A block of four warps takes 32 channels
 // (64-byte rows) and one segment of time, which it walks in tiles of 128 steps, 16 blocks of 8;
 // warp w takes the channels of 16-byte piece w of every row (8 channels). Per channel and tile:
@@ -22,7 +22,7 @@ using namespace tg_conv1d;
 //     lane's own two words and, by shuffles from the lanes 4 and 8 before it (modulo the 8
 //     groups), theirs; where that wraps (blocks −2, −1), the sender's block g + 8 word of the
 //     previous tile, which each lane keeps. g is rounded to bf16 for all the products, as in
-//     tensor_core_backward (carried as hi + lo, it took 1265–1277 µs here against 1140–1149);
+//     tensor_core_backward (carried as hi + lo, it measured slower here);
 //   dw: P = Xwinᵀ·G (24 window steps × 8 steps, summed over the 16 blocks), two m16n8k16.
 //     Their operands are movmatrix transposes of words the lane already holds: X's six
 //     (m-tile 0: blocks g − 2, g − 1, g + 6, g + 7; m-tile 1: g, g + 8, its rows 24–31 zero)
@@ -47,18 +47,14 @@ using namespace tg_conv1d;
 // while one is computed and one copied out, and one block barrier per tile orders them. With
 // the taps' tables and the lanes' sums a block holds 95 KB: 2 blocks per SM, 8 warps of
 // 236–245 registers.
-//   Measured (bench/NOTES.md, v44, v45): bf16 16×1536×16384 K = 16 fwd+bwd 1637.0 µs with the
-// stream backward, 1388–1394 with this one's first form, 1367–1368 now; 8×1536×2048 160.4 →
-// 136–137. A warp issues about 1120 instructions per tile of 1024 outputs (80 of them the
-// products) at 45% of the issue slots, and the L1 pipe (shared memory and the copies) was 78%
-// busy in the first form (Nsight, v45), at about 330 shared-memory wavefronts per warp and
-// tile: x's window reads 48, the lag sums 64, the cp.async writes 64 (each 512 bytes in rows of
-// 64 bytes takes 8, not 4). Three blocks per SM (one tile in flight, 168 registers) measured
-// slower (1484 µs, v45): the L1 pipe, more than each channel's chain of latencies, sets its pace.
-// The tensor copies took the cp.async writes off that pipe (and their ~30 instructions per
-// warp and tile): 1359–1366 → 1315 µs, 8×1536×2048 136.0–136.3 → 130.2–130.3 (v45); dx's
-// tensor copies out 1323.3–1326.1 → 1280.6–1283.1 µs with the forward's x in by the copy
-// engine too, the backward 879–883 → 851–852 (v46).
+//   It measured faster than the float stream backward (docs/benchmarks.md). The products are
+// a small part of a warp's instructions per tile; in the first form the L1 pipe (shared memory
+// and the copies) was its busiest unit (Nsight Compute), with x's window reads, the lag sums
+// and the cp.async writes (each 512 bytes in rows of 64 bytes takes 8 wavefronts, not 4).
+// Three blocks per SM (one tile in flight, 168 registers) measured slower: the L1 pipe, more
+// than each channel's chain of latencies, sets its pace. The tensor copies took the cp.async
+// writes and their address arithmetic off that pipe, and measured faster, as did dx's tensor
+// copies out.
 
 // The 16-bit tap at look-back distance d of channel c times tap_scale (exact in bf16), as bits.
 __device__ inline unsigned short scaled_tap_bits(const conv_args &a, int64_t c, int d)
@@ -237,9 +233,8 @@ __global__ void __launch_bounds__(kBlock, 2)
     const int d0 = 2 * q - g;
     const bool lag0_late = d0 >= 0, lag1_late = d0 >= -1;
     // The lag sums live in shared memory between the tiles (each lane its own): in registers
-    // (32) they made the kernel spill, and still lost with g in one part (1212–1214 µs against
-    // 1142–1143, bench/NOTES.md, v47). dbias' sums (8) fit in registers, and measured faster
-    // there than read and written back per tile (v45).
+    // (32) they made the kernel spill, and measured slower even with g in one part. dbias'
+    // sums (8) fit in registers, and measured faster there than read and written back per tile.
     unsigned previous[8]; // [channel]: g's word of block g + 8 in the previous tile
 #pragma unroll
     for (int j = 0; j < 8; j++) {
@@ -281,8 +276,8 @@ __global__ void __launch_bounds__(kBlock, 2)
             // dout's rows (and dx's, written over them): steps 2q, 2q + 1 of blocks g and g + 8,
             // the odd step first for odd g as X's rows, so that these four reads and writes
             // meet no bank conflicts; a word holds one step of two channels, put in step order
-            // by a select (in step order for all lanes, the rows conflicted two ways: 1392 µs
-            // against 1372, bench/NOTES.md, v45).
+            // by a select (in step order for all lanes, the rows conflicted two ways, which
+            // measured slower).
             uint4 *dout_rows[4] = {(uint4 *)(d_ring + (base + first_row) * M::ROW + column),
                                    (uint4 *)(d_ring + (base + second_row) * M::ROW + column),
                                    (uint4 *)(d_ring + (base + first_row + 64) * M::ROW + column),

@@ -38,10 +38,9 @@ using namespace tg_conv1d;
 // L, where the box stops). Before it copies a tile into a slot, it waits until the copy out
 // of that slot, issued at the end of the tile before, has read it. Where a tensor map cannot
 // be made, and before Hopper, every lane copies 16-byte pieces in (cp.async) and out instead.
-// bf16 16×1536×16384 K = 16 forward (bench/NOTES.md, v46): 443.2–443.3 µs with the lanes'
-// copies, 429.6–429.7 with x by the copy engine, 424.4–425.7 with y too (8×1536×2048 39.3–39.6
-// → 37.0–37.5); with each tile's copy in issued after the maths of the tile before, where that
-// wait is a tile old, 427.0–427.8.
+// The copy engine measured faster than the lanes' copies, for x and again for y; issuing each
+// tile's copy in after the maths of the tile before, where that wait is a tile old, measured
+// slower (docs/benchmarks.md).
 //
 // A block of 4 warps holds 109 KB (three 9 KB slots per warp, the bias, the barriers and 512
 // bytes to align the ring for the copies' swizzle), so 2 blocks fit on an SM: 8 warps of
@@ -51,9 +50,8 @@ using namespace tg_conv1d;
 // the up to 7 steps before it in its block of 8). Per tile a warp issues about 1000 instructions
 // (12 16-byte reads and 48 byte permutes per piece, 2 products and the SiLU per channel) for
 // 4096 outputs, against 16 multiply-adds per output and lane in the stream forward. Predicted
-// near the copy rate; measured 86% of it on the long rows with the lanes' copies (bench/NOTES.md,
-// v43), where a plain copy that reads 128 bytes per block and step, as this walk does, measured
-// 84.6% (segments of 256 steps) to 89.4% (64); 89% with the tensor copies (v46).
+// near the copy rate, it measured about as fast as a plain copy that reads 128 bytes per block
+// and step, as this walk does (docs/benchmarks.md).
 
 // SiLU from one tanh: z·σ(z) = h + h·tanh(h), h = z/2 (16-bit outputs only: the tanh is good
 // to about 2⁻¹¹, scaled_gradient).

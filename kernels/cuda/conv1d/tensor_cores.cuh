@@ -34,8 +34,8 @@ namespace tg_conv1d {
 // convolution's: each term of dx and dw then carries up to 2⁻⁹ of its size, rounding errors
 // of independent signs that the float32 sums do not grow (dx and dw are stored in bf16, 2⁻⁹
 // too). Carrying g as two bf16 parts, hi + lo, kept them within 2⁻¹⁶ of the float32 result but
-// doubled the products and their operands' moves: bf16 16×1536×16384 fwd+bwd 1172–1187 →
-// 1053–1055 µs at K = 16, 1063 → 1042 at K = 8 (bench/NOTES.md, v47). dbias sums g in float32,
+// doubled the products and their operands' moves, which measured slower at K = 8 and 16
+// (docs/benchmarks.md). dbias sums g in float32,
 // unrounded. The slope of SiLU stays per element, in float32.
 //   The operands come from shared memory by ldmatrix (x and dout are staged there already, a
 // segment being 32 contiguous bytes); g goes from the product's result layout to the operand
@@ -115,7 +115,7 @@ __device__ inline void tap_operand(const conv_args &a, int64_t c, int nt, int si
 
 // The tap operands of one direction (sign as in tap_operand) are read from shared memory at
 // each tile rather than kept in registers: 12 registers fewer let the backward keep 7 blocks
-// per SM without spills (bench/NOTES.md, v16). Warp 0 writes each lane's operands, offsets
+// per SM without spills. Warp 0 writes each lane's operands, offsets
 // 0 (both n-tiles) and 16, as two 16-byte words: ops[2·lane], ops[2·lane + 1].
 __device__ inline void store_tap_operands(const conv_args &a, int64_t c, int sign, uint4 *ops)
 {
@@ -226,7 +226,7 @@ __device__ inline void store_tile(__nv_bfloat16 *out, int64_t L, bool pairs, int
 }
 
 // Where bf16 runs on tensor cores: where the float maths grows with K, the backward from
-// K = 5 on (bucket 8; at K ≤ 4 its float form is faster, bench/NOTES.md) and the staged
+// K = 5 on (bucket 8; at K ≤ 4 its float form is faster, docs/benchmarks.md) and the staged
 // forward at K > 8. (mma with bf16 operands needs sm_80, as the tile kernels' cp.async does.)
 template <typename T, int KB> __host__ __device__ constexpr bool backward_on_tensor_cores()
 {
@@ -242,9 +242,9 @@ template <typename T, int KB> __host__ __device__ constexpr bool forward_on_tens
 // pass (g after the warp's steps, addresses, the wait for the span) and once per span (the
 // walk, its barrier, the staging) then serves twice the steps; spans of 4096 steps in two
 // stages take 33 KB of shared memory. Registers decide the rest: at 6 resident blocks
-// (80 registers) the four tiles spilled and bf16 K = 8 fwd+bwd measured 1295 µs, at 5 (96)
-// 1063 µs, at 4 (up to 128, no spills) 1067 µs, with K = 16 1250 → 1165 µs and the short
-// rows 107 → 101 µs from 5 to 4 (bench/NOTES.md, v17). Three stages at 4 blocks: no change.
+// (80 registers) the four tiles spilled and measured slower; 4 (up to 128, no spills)
+// measured level with 5 (96) at K = 8 and faster at K = 16 and on short rows
+// (docs/benchmarks.md). Three stages at 4 blocks: no change.
 constexpr int kTensorCoreTiles = 4, kTensorCoreStages = 2;
 constexpr int kTensorCoreStepsPerThread = kTensorCoreTiles * 256 / 32;
 
