@@ -69,7 +69,9 @@ typedef struct tg_tensor {
     int64_t offset;               /* in elements, from the start of storage */
     tg_storage *storage;
     bool requires_grad;
-    struct tg_tensor *grad; /* same shape, contiguous; NULL until a gradient arrives */
+    struct tg_tensor *grad; /* same shape and dtype, contiguous (an activation laid out densely
+                             * in another order gets that order); NULL until a gradient
+                             * arrives or tg_set_requires_grad allocates it */
     tg_node *producer;      /* the tape node that made it; NULL for leaves */
     tg_tape *tape;          /* the tape that owns it; NULL for parameters and free tensors */
     const char *name;       /* optional, used in messages */
@@ -103,7 +105,7 @@ TG_API bool tg_device_available(tg_device device);
 /* TG_DEVICE_AUTO → the device that will be used; others are returned as given. */
 TG_API tg_device tg_device_resolve(tg_device device);
 /* CPU threads the CPU kernels may use (the selective scan splits its batch rows over them,
- * conv1d its channels, RMSNorm its rows). Default: the environment's TG_NUM_THREADS, else
+ * conv1d its channels, RMSNorm and the float cross-entropy their rows, matmul its batches). Default: the environment's TG_NUM_THREADS, else
  * the online CPUs. Results are the same bits for any count. n < 1 restores the default; n
  * above 64 is taken as 64.
  * OpenBLAS, which the CPU matmul calls, runs on one thread unless OPENBLAS_NUM_THREADS or
@@ -163,8 +165,9 @@ TG_API void tg_tensor_free(tg_tensor *t);
 TG_API int64_t tg_numel(const tg_tensor *t);
 TG_API bool tg_is_contiguous(const tg_tensor *t);
 TG_API bool tg_same_shape(const tg_tensor *a, const tg_tensor *b);
-/* Writes "[2, 3] f32 cpu" (shape, dtype, device; "NULL" for a NULL t) into buf; returns buf,
- * or NULL (error set) when buf is NULL or size is 0. */
+/* Writes "[2, 3] f32 cpu" (shape, dtype, device, then " strided" for a non-contiguous view;
+ * "NULL" for a NULL t) into buf; returns buf, or NULL (error set) when buf is NULL or size
+ * is 0. */
 TG_API char *tg_describe(const tg_tensor *t, char *buf, size_t size);
 
 /* Marks a leaf as needing a gradient; its grad buffer is allocated (zeroed) now. */
@@ -172,9 +175,12 @@ TG_API tg_status tg_set_requires_grad(tg_tensor *t, bool requires_grad);
 /* Sets t->grad to zeros if it has one. */
 TG_API tg_status tg_zero_grad(tg_tensor *t);
 
-/* ---- element access (CPU tensors; any dtype, values as double) --------------- */
+/* ---- element access (any dtype, values as double) ------------------------------------
+ * The getters and setters also work on device tensors, one element copied per call (for
+ * tests and losses, not for loops). */
 
-/* Raw pointer to element 0 of the view (storage + offset); NULL on error. */
+/* Raw pointer to element 0 of the view (storage + offset); NULL (error set) for a tensor
+ * that is not on the CPU. */
 TG_API void *tg_data(const tg_tensor *t);
 /* Element at a multi-index (ndim entries) or at a flat row-major logical index. A NULL or
  * invalid tensor, an index outside the shape, or (setters) a value that does not fit an i32
