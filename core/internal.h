@@ -15,7 +15,7 @@ extern "C" {
 
 typedef enum {
     TG_STORAGE_ARENA, /* bytes from a tape's arena: freed by reset */
-    TG_STORAGE_HEAP,  /* malloc'd with its tensor: freed by tg_tensor_free */
+    TG_STORAGE_HEAP,  /* allocated with its tensor (host or device): freed by tg_tensor_free */
     TG_STORAGE_PARAMS /* one buffer of a tg_params store, which may move it while growing */
 } tg_storage_kind;
 
@@ -92,7 +92,7 @@ void tg_device_release_reserved(const void *owner);
 
 /* tg_set_error (public, tensor.h) sets the thread's message and returns the status, so
  * callers can `return tg_set_error(TG_ERR_INVALID, "tg_add: ...")`. */
-/* Like tg_error, then appends " (name0: [2, 3] f32 cpu, name1: ...)" for the tensors. */
+/* Like tg_set_error, then appends " (name0: [2, 3] f32 cpu, name1: ...)" for the tensors. */
 tg_status tg_error_tensors(tg_status status, int n, const char *const *names,
                            const tg_tensor *const *tensors, const char *format, ...)
     __attribute__((format(printf, 5, 6)));
@@ -103,7 +103,8 @@ tg_status tg_error_no_kernel(const char *op, tg_device device);
 
 /* device is one of the tg_device values (CPU, CUDA or AUTO). */
 bool tg_check_device_value(const char *op, tg_device device);
-/* t is non-NULL, has storage and 1 ≤ ndim ≤ TG_MAX_DIMS. */
+/* t is non-NULL, has storage, 1 ≤ ndim ≤ TG_MAX_DIMS and a dtype that exists, is on the
+ * device its memory is on, and is not released for recompute. */
 bool tg_check_tensor(const char *op, const char *name, const tg_tensor *t);
 /* As above and a float dtype (f32, f64, bf16, f16). */
 bool tg_check_float(const char *op, const char *name, const tg_tensor *t);
@@ -239,8 +240,10 @@ void tg_broadcast_strides(const tg_tensor *t, int ndim, const int64_t *shape, in
 
 /* ---- gradients ------------------------------------------------------------------------ */
 
-/* The one place gradients are summed: t->grad += g (g may be any layout, same shape).
- * Allocates t->grad (zeros, contiguous, on the tape) for activations on first use. */
+/* The one place gradients are summed: t->grad += g (g may be any layout and float dtype,
+ * same shape and device). An activation's first contribution is copied into a new gradient
+ * off the tape (laid out like t when t is dense, else contiguous); a leaf without a
+ * gradient gets zeros on the tape first. */
 tg_status tg_accumulate_grad(tg_tape *tape, tg_tensor *t, const tg_tensor *g);
 
 /* Sum g over broadcast dimensions so it has `shape` (the inverse of broadcasting). */

@@ -73,7 +73,8 @@ struct tg_node {
  * activation (a tensor an op produced) whose gradient is laid out contiguously, the
  * input's own gradient buffer, so the tape has nothing left to add or copy; otherwise a
  * new tensor on node->tape, which the tape adds into the gradient after the backward. The
- * backward must write every element. NULL (error set) when out of memory. */
+ * backward must write every element. NULL (error set) for a NULL node, an index that is
+ * not one of its inputs, or when out of memory. */
 TG_API tg_tensor *tg_node_grad_buffer(tg_node *node, int input_index);
 
 typedef struct {

@@ -2,7 +2,7 @@
  *
  * Conventions, for every op:
  *   - the first argument is the tape, which owns the result;
- *   - floating inputs must share one dtype (f32, f64 or bf16) and one device;
+ *   - floating inputs must share one dtype (f32, f64, bf16 or f16) and one device;
  *   - inputs may be strided views (transposed, sliced, channel-last);
  *   - on error the op returns NULL (or a status), tg_last_error() names the op, the
  *     shapes, dtypes and devices, and the tape is left exactly as it was.
@@ -42,7 +42,8 @@ TG_API tg_tensor *tg_matmul(tg_tape *tape, tg_tensor *a, tg_tensor *b, bool tran
 /* Whether f32 products on CUDA may use the TF32 tensor cores: inputs rounded to 10 bits of
  * mantissa, sums in f32; several times faster, about 1e-3 relative error instead of 1e-6.
  * Off by default, as in PyTorch. bf16 and f16 products always use the tensor cores (with
- * f32 sums); the CPU always multiplies in f32. Returns the previous setting. */
+ * f32 sums); the CPU multiplies f64 in f64 and the other dtypes in f32. Returns the previous
+ * setting. */
 TG_API bool tg_matmul_set_tf32(bool enabled);
 TG_API bool tg_matmul_tf32(void);
 
