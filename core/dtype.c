@@ -5,7 +5,7 @@
 #include <string.h>
 
 #ifdef TG_HAVE_CUDA
-int tg_cuda_device_count(void); /* kernels/cuda/device.cu */
+int tg_cuda_device_count(void); /* kernels/cuda/runtime.cu */
 #endif
 
 static const struct {

@@ -5,9 +5,9 @@
  * BLAS reads a matrix that is row-major with unit column stride and an int leading
  * dimension (its row stride). A strided view already laid out like that, or like the
  * transpose of that, is handed over in place (the GEMM's transpose flag absorbs the
- * second case). Any other layout, and every bf16 matrix, is first gathered into a
- * contiguous scratch matrix in the compute type: f64 for f64 tensors, f32 for f32 and
- * bf16. The output is written in place when BLAS can, else through scratch too.
+ * second case). Any other layout, and every bf16 or f16 matrix, is first gathered into a
+ * contiguous scratch matrix in the compute type: f64 for f64 tensors, f32 for f32, bf16
+ * and f16. The output is written in place when BLAS can, else through scratch too.
  *
  * OpenBLAS runs on one thread unless the environment names its thread count
  * (OPENBLAS_NUM_THREADS or OMP_NUM_THREADS): the library's own kernels split over the
