@@ -103,11 +103,12 @@ static void nvml_open(void)
     nvml.max_clock_info = (int (*)(nvml_device, int, unsigned int *))dlsym(library, "nvmlDeviceGetMaxClockInfo");
     nvml.reasons = (int (*)(nvml_device, unsigned long long *))dlsym(library, "nvmlDeviceGetCurrentClocksEventReasons");
     if (!nvml.reasons) /* its name before driver 535 */
-        nvml.reasons = (int (*)(nvml_device, unsigned long long *))dlsym(library,
-                                                                          "nvmlDeviceGetCurrentClocksThrottleReasons");
+        nvml.reasons =
+            (int (*)(nvml_device, unsigned long long *))dlsym(library, "nvmlDeviceGetCurrentClocksThrottleReasons");
     char bus_id[32];
     if (!init || !by_bus_id || !nvml.clock_info || init() != NVML_OK ||
-        cudaDeviceGetPCIBusId(bus_id, (int)sizeof bus_id, 0) != cudaSuccess || by_bus_id(bus_id, &nvml.device) != NVML_OK)
+        cudaDeviceGetPCIBusId(bus_id, (int)sizeof bus_id, 0) != cudaSuccess ||
+        by_bus_id(bus_id, &nvml.device) != NVML_OK)
         return;
     nvml.ok = true;
 }

@@ -32,8 +32,8 @@ typedef struct {
  * bound by instruction issue slows with this clock where a copy does not, so a row that
  * sits near a target needs its clock beside its time. */
 typedef struct {
-    double median_mhz, min_mhz;  /* NaN where NVML is not there or gave no sample */
-    unsigned long long reasons;  /* NVML's clock event reasons seen in any sample (a bit mask) */
+    double median_mhz, min_mhz; /* NaN where NVML is not there or gave no sample */
+    unsigned long long reasons; /* NVML's clock event reasons seen in any sample (a bit mask) */
 } bench_clocks;
 
 typedef struct {

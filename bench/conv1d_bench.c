@@ -154,8 +154,8 @@ static tg_tensor *make_bcl(tg_tape *tape, tg_dtype dtype, bench_size s, bench_la
     return base ? tg_view(tape, base, 3, shape, strides, 0) : NULL;
 }
 
-static bool make_sets(tg_tape *tape, tg_rng *rng, bench_case *c, tg_dtype dtype, bench_size s,
-                      bench_layout layout, size_t l2_bytes)
+static bool make_sets(tg_tape *tape, tg_rng *rng, bench_case *c, tg_dtype dtype, bench_size s, bench_layout layout,
+                      size_t l2_bytes)
 {
     size_t x_bytes = (size_t)(s.batch * s.channels * s.length) * tg_dtype_size(dtype);
     c->sets = bench_sets_needed(x_bytes, l2_bytes, MAX_SETS);
@@ -173,8 +173,7 @@ static bool make_sets(tg_tape *tape, tg_rng *rng, bench_case *c, tg_dtype dtype,
 
 /* Weight (C, K), bias (C) and their gradients, drawn afresh for each width; the outputs
  * and gradients of set 0 are poisoned so unwritten elements fail the finiteness check. */
-static bool make_parameters(tg_tape *tape, tg_rng *rng, bench_case *c, tg_dtype dtype, int64_t channels,
-                            int64_t width)
+static bool make_parameters(tg_tape *tape, tg_rng *rng, bench_case *c, tg_dtype dtype, int64_t channels, int64_t width)
 {
     int64_t weight_shape[2] = {channels, width};
     c->weight = tg_empty(tape, dtype, TG_DEVICE_CUDA, 2, weight_shape);
@@ -195,7 +194,7 @@ typedef struct {
     bench_layout layout;
     int64_t width;
     bench_timing fwd, fwd_bwd;
-    double x_copy_us; /* a device copy of x at this size (NaN when it failed) */
+    double x_copy_us;   /* a device copy of x at this size (NaN when it failed) */
     int64_t non_finite; /* in out, dx, dweight, dbias of set 0; -1 when not checked */
 } bench_row;
 
@@ -204,10 +203,7 @@ static double percent_of_copy(double bytes, double us, double copy_gbps)
     return 100.0 * (bytes / (us * 1e-6) / 1e9) / copy_gbps;
 }
 
-static const char *finite_word(int64_t non_finite)
-{
-    return non_finite == 0 ? "yes" : non_finite > 0 ? "NO" : "-";
-}
+static const char *finite_word(int64_t non_finite) { return non_finite == 0 ? "yes" : non_finite > 0 ? "NO" : "-"; }
 
 static void print_header(void)
 {
@@ -235,13 +231,18 @@ static void print_row(const bench_row *r, double copy_gbps, FILE *csv)
     if (!r->fwd_bwd.ok) printf("    forward+backward failed: %s\n", r->fwd_bwd.error);
     if (r->non_finite > 0) printf("    %lld non-finite or unwritten elements\n", (long long)r->non_finite);
     if (!csv) return;
-    const char *status = !r->fwd.ok ? r->fwd.error : !r->fwd_bwd.ok ? r->fwd_bwd.error : r->non_finite != 0 ? "not finite" : "ok";
-    fprintf(csv, "%lld,%lld,%lld,%s,%s,%lld,%.2f,%.2f,%.2f,%d,%.1f,%.2f,%.2f,%.2f,%d,%.1f,%s,%.1f,%.2f,%.0f,%.0f,%.0f,%#llx,%s\n",
-            (long long)r->size.batch, (long long)r->size.channels, (long long)r->size.length, tg_dtype_name(r->dtype),
-            layout_names[r->layout], (long long)r->width, r->fwd.median_us, r->fwd.q1_us, r->fwd.q3_us, r->fwd.runs,
-            fwd_pct, r->fwd_bwd.median_us, r->fwd_bwd.q1_us, r->fwd_bwd.q3_us, r->fwd_bwd.runs, both_pct,
-            finite_word(r->non_finite), copy_gbps, r->x_copy_us, r->fwd.clocks.median_mhz, r->fwd_bwd.clocks.median_mhz,
-            r->fwd_bwd.clocks.min_mhz, reasons, status);
+    const char *status = !r->fwd.ok           ? r->fwd.error
+                         : !r->fwd_bwd.ok     ? r->fwd_bwd.error
+                         : r->non_finite != 0 ? "not finite"
+                                              : "ok";
+    fprintf(
+        csv,
+        "%lld,%lld,%lld,%s,%s,%lld,%.2f,%.2f,%.2f,%d,%.1f,%.2f,%.2f,%.2f,%d,%.1f,%s,%.1f,%.2f,%.0f,%.0f,%.0f,%#llx,%s\n",
+        (long long)r->size.batch, (long long)r->size.channels, (long long)r->size.length, tg_dtype_name(r->dtype),
+        layout_names[r->layout], (long long)r->width, r->fwd.median_us, r->fwd.q1_us, r->fwd.q3_us, r->fwd.runs,
+        fwd_pct, r->fwd_bwd.median_us, r->fwd_bwd.q1_us, r->fwd_bwd.q3_us, r->fwd_bwd.runs, both_pct,
+        finite_word(r->non_finite), copy_gbps, r->x_copy_us, r->fwd.clocks.median_mhz, r->fwd_bwd.clocks.median_mhz,
+        r->fwd_bwd.clocks.min_mhz, reasons, status);
     fflush(csv);
 }
 
@@ -270,7 +271,11 @@ static bool bench_case_rows(tg_tape *tape, tg_rng *rng, bench_size s, tg_dtype d
     const int64_t *widths = o->only_width ? &o->only_width : bench_widths;
     const int count = o->only_width ? 1 : COUNT_OF(bench_widths);
     for (int k = 0; k < count; k++) {
-        bench_row r = {.size = s, .dtype = dtype, .layout = layout, .width = widths[k], .non_finite = -1,
+        bench_row r = {.size = s,
+                       .dtype = dtype,
+                       .layout = layout,
+                       .width = widths[k],
+                       .non_finite = -1,
                        .x_copy_us = x_copy.ok ? x_copy.median_us : NAN};
         if (!made || !make_parameters(tape, rng, &c, dtype, s.channels, r.width)) {
             r.fwd = r.fwd_bwd = bench_timing_failed(tg_last_error());
@@ -393,10 +398,12 @@ int main(int argc, char **argv)
     tg_tape_reset(tape);
     tg_memory_empty_cache();
     printf("device: %s, %d SMs, %.0f MiB L2; seed %llu; runs ≤ %d per measurement, budget %.0f ms\n", prop.name,
-           prop.multiProcessorCount, prop.l2CacheSize / 1048576.0, (unsigned long long)seed, o.runs.max_runs, o.runs.budget_ms);
+           prop.multiProcessorCount, prop.l2CacheSize / 1048576.0, (unsigned long long)seed, o.runs.max_runs,
+           o.runs.budget_ms);
     printf("copy bandwidth (device to device, 1 GiB, read + write): %.1f GB/s\n", copy_gbps);
     printf("SM clock: at most %.0f MHz; \"SM MHz\" is the median read while a row's forward + backward ran "
-           "(NVML; nan where it cannot be read)\n\n", bench_max_sm_mhz());
+           "(NVML; nan where it cannot be read)\n\n",
+           bench_max_sm_mhz());
     print_header();
 
     bool device_ok = isfinite(copy_gbps);

@@ -57,8 +57,9 @@ static double seconds_now(void)
 
 static int usage(const char *message)
 {
-    fprintf(stderr, "mamba_memory: %s\nusage: mamba_memory [--device cpu|cuda|auto] [--layers N] [--batch B] "
-                    "[--seq L] [--d-model D] [--vocab V] [--dtype f32|bf16|f64] [--chunk C] [--seed S]\n",
+    fprintf(stderr,
+            "mamba_memory: %s\nusage: mamba_memory [--device cpu|cuda|auto] [--layers N] [--batch B] "
+            "[--seq L] [--d-model D] [--vocab V] [--dtype f32|bf16|f64] [--chunk C] [--seed S]\n",
             message);
     return 2;
 }
@@ -85,15 +86,23 @@ static int parse(int argc, char **argv, options *opt)
         } else if (strcmp(flag, "--seed") == 0) {
             opt->seed = strtoull(value, NULL, 10);
         } else if (strcmp(flag, "--device") == 0) {
-            if (strcmp(value, "cpu") == 0) opt->device = TG_DEVICE_CPU;
-            else if (strcmp(value, "cuda") == 0) opt->device = TG_DEVICE_CUDA;
-            else if (strcmp(value, "auto") == 0) opt->device = TG_DEVICE_AUTO;
-            else return usage("--device is cpu, cuda or auto");
+            if (strcmp(value, "cpu") == 0)
+                opt->device = TG_DEVICE_CPU;
+            else if (strcmp(value, "cuda") == 0)
+                opt->device = TG_DEVICE_CUDA;
+            else if (strcmp(value, "auto") == 0)
+                opt->device = TG_DEVICE_AUTO;
+            else
+                return usage("--device is cpu, cuda or auto");
         } else if (strcmp(flag, "--dtype") == 0) {
-            if (strcmp(value, "f32") == 0) opt->dtype = TG_F32;
-            else if (strcmp(value, "bf16") == 0) opt->dtype = TG_BF16;
-            else if (strcmp(value, "f64") == 0) opt->dtype = TG_F64;
-            else return usage("--dtype is f32, bf16 or f64");
+            if (strcmp(value, "f32") == 0)
+                opt->dtype = TG_F32;
+            else if (strcmp(value, "bf16") == 0)
+                opt->dtype = TG_BF16;
+            else if (strcmp(value, "f64") == 0)
+                opt->dtype = TG_F64;
+            else
+                return usage("--dtype is f32, bf16 or f64");
         } else {
             return usage("unknown option");
         }
@@ -139,8 +148,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "mamba_memory: --device cuda, but this build or machine has no usable GPU\n");
         return 1;
     }
-    tg_mamba_config config = {.vocab_size = opt.vocab, .d_model = opt.d_model, .n_layer = opt.layers,
-                              .dtype = opt.dtype, .scan_chunk = opt.chunk};
+    tg_mamba_config config = {.vocab_size = opt.vocab,
+                              .d_model = opt.d_model,
+                              .n_layer = opt.layers,
+                              .dtype = opt.dtype,
+                              .scan_chunk = opt.chunk};
     tg_params *params = tg_params_create(device);
     tg_rng rng;
     tg_rng_seed(&rng, opt.seed);

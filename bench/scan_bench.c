@@ -41,9 +41,8 @@ typedef struct {
     int64_t B, D, N, L;
 } scan_size;
 
-static const scan_size bench_sizes[] = {
-    {8, 128, 16, 256}, {32, 512, 16, 256}, {64, 128, 16, 4096}, {8, 1536, 16, 2048}, {16, 768, 16, 1024},
-    {2, 768, 16, 4096}};
+static const scan_size bench_sizes[] = {{8, 128, 16, 256},   {32, 512, 16, 256},  {64, 128, 16, 4096},
+                                        {8, 1536, 16, 2048}, {16, 768, 16, 1024}, {2, 768, 16, 4096}};
 static const tg_dtype bench_dtypes[] = {TG_F32, TG_BF16};
 
 #define COUNT_OF(a) BENCH_COUNT_OF(a)
@@ -64,8 +63,8 @@ typedef struct {
 
 static tg_scan_args args_for(const bench_case *c, int set)
 {
-    return (tg_scan_args){c->u[set], c->delta[set], c->A,    c->Bm[set], c->Cm[set], c->Dv,
-                          c->z[set], c->bias,       NULL,    true,       CHUNK};
+    return (tg_scan_args){c->u[set], c->delta[set], c->A, c->Bm[set], c->Cm[set], c->Dv,
+                          c->z[set], c->bias,       NULL, true,       CHUNK};
 }
 
 static tg_status run_forward(const void *context, int set)
@@ -230,8 +229,8 @@ int main(int argc, char **argv)
     double copy_gbps = bench_copy_bandwidth(tape, &rng, 20);
     tg_tape_reset(tape);
     tg_memory_empty_cache();
-    printf("# device: %s, %d SMs, %.0f MiB L2; seed %llu; copy bandwidth (1 GiB, read + write) %.1f GB/s\n",
-           prop.name, prop.multiProcessorCount, prop.l2CacheSize / 1048576.0, (unsigned long long)seed, copy_gbps);
+    printf("# device: %s, %d SMs, %.0f MiB L2; seed %llu; copy bandwidth (1 GiB, read + write) %.1f GB/s\n", prop.name,
+           prop.multiProcessorCount, prop.l2CacheSize / 1048576.0, (unsigned long long)seed, copy_gbps);
     printf("# tapegrad: z, Dv, delta_bias + softplus on, chunk %d; fwd keeps the chunk states\n", CHUNK);
     printf("impl,B,D,N,L,dtype,fwd_us,fwdbwd_us,status\n");
     fflush(stdout);

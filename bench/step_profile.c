@@ -24,12 +24,22 @@ typedef struct {
 
 /* What the host waited for, and the copies, by kind. */
 enum {
-    WAIT_DEVICE_SYNC, WAIT_STREAM_SYNC, WAIT_EVENT_SYNC, WAIT_COPY_TO_HOST, WAIT_FREE, COPY_FROM_HOST_BLOCKING,
-    GRAPH_LAUNCH, N_CALL_KINDS
+    WAIT_DEVICE_SYNC,
+    WAIT_STREAM_SYNC,
+    WAIT_EVENT_SYNC,
+    WAIT_COPY_TO_HOST,
+    WAIT_FREE,
+    COPY_FROM_HOST_BLOCKING,
+    GRAPH_LAUNCH,
+    N_CALL_KINDS
 };
-static const char *const call_kind_names[N_CALL_KINDS] = {
-    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy to host", "cudaFree",
-    "cudaMemcpy from host (blocking)", "cudaGraphLaunch"};
+static const char *const call_kind_names[N_CALL_KINDS] = {"cudaDeviceSynchronize",
+                                                          "cudaStreamSynchronize",
+                                                          "cudaEventSynchronize",
+                                                          "cudaMemcpy to host",
+                                                          "cudaFree",
+                                                          "cudaMemcpy from host (blocking)",
+                                                          "cudaGraphLaunch"};
 /* The calls that make the host wait for the device. */
 static bool waits(int kind) { return kind != COPY_FROM_HOST_BLOCKING && kind != GRAPH_LAUNCH; }
 
@@ -56,9 +66,12 @@ static void short_name(const char *mangled, char *out, size_t size)
     static const char anonymous[] = "(anonymous namespace)";
     int depth = 0;
     for (const char *p = name; *p; p++) {
-        if (strncmp(p, anonymous, sizeof anonymous - 1) == 0) p += sizeof anonymous - 2;
-        else if (*p == '<') depth++;
-        else if (*p == '>') depth--;
+        if (strncmp(p, anonymous, sizeof anonymous - 1) == 0)
+            p += sizeof anonymous - 2;
+        else if (*p == '<')
+            depth++;
+        else if (*p == '>')
+            depth--;
         else if (*p == '(' && depth == 0) {
             end = p;
             break;
@@ -68,10 +81,14 @@ static void short_name(const char *mangled, char *out, size_t size)
     const char *start = name;
     depth = 0;
     for (const char *p = name; p < end; p++) {
-        if (*p == '<') depth++;
-        else if (*p == '>') depth--;
-        else if (depth == 0 && *p == ' ') start = p + 1;
-        else if (depth == 0 && p[0] == ':' && p[1] == ':') start = p + 2;
+        if (*p == '<')
+            depth++;
+        else if (*p == '>')
+            depth--;
+        else if (depth == 0 && *p == ' ')
+            start = p + 1;
+        else if (depth == 0 && p[0] == ':' && p[1] == ':')
+            start = p + 2;
     }
     size_t n = (size_t)(end - start) < size - 1 ? (size_t)(end - start) : size - 1;
     memcpy(out, start, n);
@@ -150,8 +167,10 @@ static void CUPTIAPI on_runtime_call(void *user, CUpti_CallbackDomain domain, CU
     case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020:
     case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_ptds_v7000: { /* the same parameters */
         const cudaMemcpy_v3020_params *p = call->functionParams;
-        if (p->kind == cudaMemcpyDeviceToHost) profile.calls[WAIT_COPY_TO_HOST]++;
-        else if (p->kind == cudaMemcpyHostToDevice) profile.calls[COPY_FROM_HOST_BLOCKING]++;
+        if (p->kind == cudaMemcpyDeviceToHost)
+            profile.calls[WAIT_COPY_TO_HOST]++;
+        else if (p->kind == cudaMemcpyHostToDevice)
+            profile.calls[COPY_FROM_HOST_BLOCKING]++;
         break;
     }
     default: break;
@@ -195,7 +214,8 @@ void step_profile_stop(void)
     if (!profile.active) return;
     cuptiUnsubscribe(profile.subscriber); /* before the sync below, which is not the step's */
     cudaDeviceSynchronize();
-    for (size_t i = 0; i < sizeof activity_kinds / sizeof activity_kinds[0]; i++) cuptiActivityDisable(activity_kinds[i]);
+    for (size_t i = 0; i < sizeof activity_kinds / sizeof activity_kinds[0]; i++)
+        cuptiActivityDisable(activity_kinds[i]);
     cuptiActivityFlushAll(1);
     profile.active = false;
 }
@@ -224,8 +244,8 @@ void step_profile_report(FILE *out, const char *title, int steps, int top)
 {
     qsort(profile.rows, (size_t)profile.n_rows, sizeof *profile.rows, by_time);
     step_profile_totals t = step_profile_get_totals(steps);
-    fprintf(out, "\n%s: per step, %.1f kernels, %.1f us of kernels, %.2f host waits\n", title, t.launches,
-            t.kernel_us, t.host_waits);
+    fprintf(out, "\n%s: per step, %.1f kernels, %.1f us of kernels, %.2f host waits\n", title, t.launches, t.kernel_us,
+            t.host_waits);
     fprintf(out, "  %-64s %8s %10s %6s\n", "kernel", "calls", "us", "%");
     double rest_ns = 0;
     long rest_calls = 0;
@@ -241,8 +261,9 @@ void step_profile_report(FILE *out, const char *title, int steps, int top)
     if (rest_calls)
         fprintf(out, "  %-64s %8.1f %10.1f %6.1f\n", "(the other kernels)", (double)rest_calls / steps,
                 rest_ns / 1e3 / steps, 100 * rest_ns / 1e3 / steps / t.kernel_us);
-    fprintf(out, "  copies per step: %.1f host to device, %.1f device to host, %.1f on the device (%.1f us); "
-                 "memsets %.1f (%.1f us)\n",
+    fprintf(out,
+            "  copies per step: %.1f host to device, %.1f device to host, %.1f on the device (%.1f us); "
+            "memsets %.1f (%.1f us)\n",
             (double)profile.copies[0] / steps, (double)profile.copies[1] / steps, (double)profile.copies[2] / steps,
             profile.copy_ns / 1e3 / steps, (double)profile.memsets / steps, profile.memset_ns / 1e3 / steps);
     fprintf(out, "  runtime calls per step:");

@@ -23,9 +23,9 @@ void step_profile_report(FILE *out, const char *title, int steps, int top);
 
 /* Totals of the last recording, per step. */
 typedef struct {
-    double kernel_us;    /* summed kernel time */
-    double launches;     /* kernels run */
-    double host_waits;   /* runtime calls that wait for the device */
+    double kernel_us;  /* summed kernel time */
+    double launches;   /* kernels run */
+    double host_waits; /* runtime calls that wait for the device */
 } step_profile_totals;
 step_profile_totals step_profile_get_totals(int steps);
 

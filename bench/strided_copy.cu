@@ -48,8 +48,7 @@ __global__ void copy_pieces(const uint4 *in, uint4 *out, long long rows, int row
 // segment of 16·stream_len rows is 16 streams of stream_len rows, and each pass copies 8
 // rows of every stream (the shape of a tensor-core tile whose 16 rows are streams of one
 // channel). No block barrier: the warps drift apart as they will.
-template <int PIECE>
-__global__ void copy_streams(const uint4 *in, uint4 *out, int row_vectors, int stream_len)
+template <int PIECE> __global__ void copy_streams(const uint4 *in, uint4 *out, int row_vectors, int stream_len)
 {
     constexpr int kStreams = 16, kStepsPerPass = 8;
     constexpr int kLanesPerRow = PIECE / 16, kRowsPerLoad = 32 / kLanesPerRow;
@@ -62,8 +61,8 @@ __global__ void copy_streams(const uint4 *in, uint4 *out, int row_vectors, int s
 #pragma unroll
         for (int i = 0; i < kStreams * kStepsPerPass / kRowsPerLoad; i++) {
             const int row = lane / kLanesPerRow + i * kRowsPerLoad; // of the pass's 128
-            const long long r = first + (long long)(row / kStepsPerPass) * stream_len + pass * kStepsPerPass +
-                                row % kStepsPerPass;
+            const long long r =
+                first + (long long)(row / kStepsPerPass) * stream_len + pass * kStepsPerPass + row % kStepsPerPass;
             out[r * row_vectors + column] = __ldcs(in + r * row_vectors + column);
         }
 }
@@ -116,16 +115,16 @@ template <int PIECE> void report(const uint4 *in, uint4 *out, long long rows, in
 
 // 16-stream warps of 32- and 64-byte pieces, 8 warps side by side (256 and 512 bytes of a row
 // per block), against blocks of one stream taking the same 256 or 512 bytes.
-template <int PIECE> void report_streams(const uint4 *in, uint4 *out, long long rows, int row_bytes, float copy_us, int runs)
+template <int PIECE>
+void report_streams(const uint4 *in, uint4 *out, long long rows, int row_bytes, float copy_us, int runs)
 {
     constexpr int kWarps = 8;
     if (row_bytes % (PIECE * kWarps) != 0) return;
     for (int stream_len : {16, 64}) {
         const long long segment = 16LL * stream_len, blocks = rows / segment * (row_bytes / (PIECE * kWarps));
         if (rows % segment != 0) continue;
-        const float us = median_us(runs, [&] {
-            copy_streams<PIECE><<<(unsigned)blocks, 32 * kWarps>>>(in, out, row_bytes / 16, stream_len);
-        });
+        const float us = median_us(
+            runs, [&] { copy_streams<PIECE><<<(unsigned)blocks, 32 * kWarps>>>(in, out, row_bytes / 16, stream_len); });
         std::printf("%6d %8d %8d %10.1f %6.1f%%   (16 streams of %d rows per warp, %d-byte pieces per warp)\n",
                     PIECE * kWarps, (int)segment, 32 * kWarps, us, 100 * copy_us / us, stream_len, PIECE);
     }
@@ -138,9 +137,12 @@ int main(int argc, char **argv)
     long long rows = 16LL * 16384;
     int row_bytes = 3072, runs = 25;
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (!std::strcmp(argv[i], "--rows")) rows = std::atoll(argv[i + 1]);
-        else if (!std::strcmp(argv[i], "--row-bytes")) row_bytes = std::atoi(argv[i + 1]);
-        else if (!std::strcmp(argv[i], "--runs")) runs = std::atoi(argv[i + 1]);
+        if (!std::strcmp(argv[i], "--rows"))
+            rows = std::atoll(argv[i + 1]);
+        else if (!std::strcmp(argv[i], "--row-bytes"))
+            row_bytes = std::atoi(argv[i + 1]);
+        else if (!std::strcmp(argv[i], "--runs"))
+            runs = std::atoi(argv[i + 1]);
         else {
             std::fprintf(stderr, "usage: strided_copy_bench [--rows N] [--row-bytes N] [--runs N]\n");
             return 2;
@@ -158,8 +160,8 @@ int main(int argc, char **argv)
     check(cudaMemset(in, 1, bytes), "cudaMemset");
     const float copy_us =
         median_us(runs, [&] { check(cudaMemcpy(out, in, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy"); });
-    std::printf("%lld rows of %d bytes; copy of the whole tensor %.1f us (%.1f GB/s, bytes read + written)\n",
-                rows, row_bytes, copy_us, 2.0 * bytes / copy_us / 1e3);
+    std::printf("%lld rows of %d bytes; copy of the whole tensor %.1f us (%.1f GB/s, bytes read + written)\n", rows,
+                row_bytes, copy_us, 2.0 * bytes / copy_us / 1e3);
     std::printf("%6s %8s %8s %10s %7s %10s %7s\n", "piece", "segment", "threads", "piece-1st", "%copy", "seg-1st",
                 "%copy");
     report<64>(in, out, rows, row_bytes, copy_us, runs);

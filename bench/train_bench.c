@@ -53,9 +53,9 @@ typedef struct {
 
 /* The first DEFAULT_SIZES are the default list. */
 static const model_size known_sizes[] = {
-    {"induction", 2, 64, 256, 8, 16, 16},        {"induction-b32", 2, 64, 256, 32, 16, 16},
-    {"char-small", 4, 256, 256, 32, 64, 16},     {"selective-copy", 2, 64, 4096, 64, 16, 16},
-    {"130m", 24, 768, 2048, 8, 256, 16},         {"demo", 2, 32, 32, 32, 16, 8},
+    {"induction", 2, 64, 256, 8, 16, 16},    {"induction-b32", 2, 64, 256, 32, 16, 16},
+    {"char-small", 4, 256, 256, 32, 64, 16}, {"selective-copy", 2, 64, 4096, 64, 16, 16},
+    {"130m", 24, 768, 2048, 8, 256, 16},     {"demo", 2, 32, 32, 32, 16, 8},
 };
 #define DEFAULT_SIZES 5
 
@@ -124,9 +124,12 @@ static int parse_precisions(char *list, options *opt)
 {
     opt->n_precisions = 0;
     for (char *item = strtok(list, ","); item; item = strtok(NULL, ","))
-        if (!strcmp(item, "f32") && opt->n_precisions < 2) opt->precisions[opt->n_precisions++] = TG_F32;
-        else if (!strcmp(item, "bf16") && opt->n_precisions < 2) opt->precisions[opt->n_precisions++] = TG_BF16;
-        else return usage("--precision is f32, bf16 or f32,bf16");
+        if (!strcmp(item, "f32") && opt->n_precisions < 2)
+            opt->precisions[opt->n_precisions++] = TG_F32;
+        else if (!strcmp(item, "bf16") && opt->n_precisions < 2)
+            opt->precisions[opt->n_precisions++] = TG_BF16;
+        else
+            return usage("--precision is f32, bf16 or f32,bf16");
     return 0;
 }
 
@@ -136,14 +139,21 @@ static int parse_graphs(char *list, options *opt)
     for (char *item = strtok(list, ","); item; item = strtok(NULL, ","))
         if ((!strcmp(item, "off") || !strcmp(item, "on")) && opt->n_graphs < 2)
             opt->graphs[opt->n_graphs++] = !strcmp(item, "on");
-        else return usage("--graph is off, on or off,on");
+        else
+            return usage("--graph is off, on or off,on");
     return 0;
 }
 
 static int parse(int argc, char **argv, options *opt)
 {
-    *opt = (options){.device = TG_DEVICE_AUTO, .precisions = {TG_F32, TG_BF16}, .n_precisions = 2,
-                     .graphs = {false, true}, .n_graphs = 2, .steps = 30, .warmup = 5, .max_seconds = 20};
+    *opt = (options){.device = TG_DEVICE_AUTO,
+                     .precisions = {TG_F32, TG_BF16},
+                     .n_precisions = 2,
+                     .graphs = {false, true},
+                     .n_graphs = 2,
+                     .steps = 30,
+                     .warmup = 5,
+                     .max_seconds = 20};
     for (int i = 0; i < DEFAULT_SIZES; i++) opt->sizes[opt->n_sizes++] = known_sizes[i];
     for (int i = 1; i < argc; i++) {
         const char *flag = argv[i];
@@ -155,10 +165,14 @@ static int parse(int argc, char **argv, options *opt)
         char *value = argv[++i];
         int code = 0;
         if (!strcmp(flag, "--device")) {
-            if (!strcmp(value, "cpu")) opt->device = TG_DEVICE_CPU;
-            else if (!strcmp(value, "cuda")) opt->device = TG_DEVICE_CUDA;
-            else if (!strcmp(value, "auto")) opt->device = TG_DEVICE_AUTO;
-            else code = usage("--device is cpu, cuda or auto");
+            if (!strcmp(value, "cpu"))
+                opt->device = TG_DEVICE_CPU;
+            else if (!strcmp(value, "cuda"))
+                opt->device = TG_DEVICE_CUDA;
+            else if (!strcmp(value, "auto"))
+                opt->device = TG_DEVICE_AUTO;
+            else
+                code = usage("--device is cpu, cuda or auto");
         } else if (!strcmp(flag, "--sizes")) {
             code = parse_sizes(value, opt);
         } else if (!strcmp(flag, "--precision")) {
@@ -166,20 +180,28 @@ static int parse(int argc, char **argv, options *opt)
         } else if (!strcmp(flag, "--graph")) {
             code = parse_graphs(value, opt);
         } else if (!strcmp(flag, "--activations")) {
-            if (!strcmp(value, "auto")) opt->activations = TG_ACTIVATIONS_AUTO;
-            else if (!strcmp(value, "keep")) opt->activations = TG_ACTIVATIONS_KEEP;
-            else if (!strcmp(value, "recompute")) opt->activations = TG_ACTIVATIONS_RECOMPUTE;
-            else code = usage("--activations is auto, keep or recompute");
+            if (!strcmp(value, "auto"))
+                opt->activations = TG_ACTIVATIONS_AUTO;
+            else if (!strcmp(value, "keep"))
+                opt->activations = TG_ACTIVATIONS_KEEP;
+            else if (!strcmp(value, "recompute"))
+                opt->activations = TG_ACTIVATIONS_RECOMPUTE;
+            else
+                code = usage("--activations is auto, keep or recompute");
         } else if (!strcmp(flag, "--scan-chunk")) {
             char *end;
             long v = strtol(value, &end, 10);
-            if (*end || v < 1 || v > 1 << 20) code = usage("--scan-chunk is 1..1048576");
-            else opt->scan_chunk = (int)v;
+            if (*end || v < 1 || v > 1 << 20)
+                code = usage("--scan-chunk is 1..1048576");
+            else
+                opt->scan_chunk = (int)v;
         } else if (!strcmp(flag, "--steps") || !strcmp(flag, "--warmup")) {
             char *end;
             long v = strtol(value, &end, 10);
-            if (*end || v < (flag[2] == 's' ? 1 : 0) || v > MAX_STEPS) code = usage("--steps is 1..1000, --warmup 0..1000");
-            else *(flag[2] == 's' ? &opt->steps : &opt->warmup) = (int)v;
+            if (*end || v < (flag[2] == 's' ? 1 : 0) || v > MAX_STEPS)
+                code = usage("--steps is 1..1000, --warmup 0..1000");
+            else
+                *(flag[2] == 's' ? &opt->steps : &opt->warmup) = (int)v;
         } else if (!strcmp(flag, "--max-seconds")) {
             char *end;
             opt->max_seconds = strtod(value, &end);
@@ -231,7 +253,8 @@ static bool make_batches(bench_case *c, tg_rng *rng)
         if (!c->ids[k] || !c->targets[k]) return false;
         for (int64_t i = 0; i < tokens; i++) c->ids[k][i] = (int32_t)tg_rng_below(rng, (uint64_t)c->size.vocab);
         for (int64_t i = 0; i < tokens; i++)
-            c->targets[k][i] = (i + 1) % c->size.seq ? c->ids[k][i + 1] : (int32_t)tg_rng_below(rng, (uint64_t)c->size.vocab);
+            c->targets[k][i] =
+                (i + 1) % c->size.seq ? c->ids[k][i + 1] : (int32_t)tg_rng_below(rng, (uint64_t)c->size.vocab);
     }
     return true;
 }
@@ -243,8 +266,12 @@ static bool open_case(bench_case *c, tg_device device, const model_size *size, t
     const int64_t shape[2] = {size->batch, size->seq};
     tg_rng rng;
     tg_rng_seed(&rng, 1);
-    tg_mamba_config config = {.vocab_size = size->vocab, .d_model = size->d_model, .n_layer = size->layers,
-                              .d_state = size->d_state, .dtype = dtype, .activations = opt->activations,
+    tg_mamba_config config = {.vocab_size = size->vocab,
+                              .d_model = size->d_model,
+                              .n_layer = size->layers,
+                              .d_state = size->d_state,
+                              .dtype = dtype,
+                              .activations = opt->activations,
                               .scan_chunk = opt->scan_chunk};
     tg_optim_config oc = tg_adamw_config(1e-3);
     oc.weight_decay = 0.1;
@@ -321,8 +348,12 @@ static bool run_case(const options *opt, bench_case *c, case_result *r)
     qsort(ms, (size_t)n, sizeof ms[0], compare);
     tg_memory_stats stats = {0};
     tg_memory_stats_get(c->device, &stats);
-    *r = (case_result){quantile(ms, n, 0.5), quantile(ms, n, 0.25), quantile(ms, n, 0.75), 0,
-                       (double)stats.peak_bytes_in_use / (1024.0 * 1024.0), n};
+    *r = (case_result){quantile(ms, n, 0.5),
+                       quantile(ms, n, 0.25),
+                       quantile(ms, n, 0.75),
+                       0,
+                       (double)stats.peak_bytes_in_use / (1024.0 * 1024.0),
+                       n};
     r->tokens_per_s = (double)(c->size.batch * c->size.seq) / (r->median_ms / 1e3);
     return true;
 }
@@ -361,8 +392,8 @@ static bool run_one(const options *opt, tg_device device, const model_size *size
         if (csv)
             fprintf(csv, "tapegrad,%s,%lld,%lld,%lld,%lld,%lld,%s,%s,%.4f,%.4f,%.4f,%.0f,%.1f,%d\n", size->name,
                     (long long)size->layers, (long long)size->d_model, (long long)size->seq, (long long)size->batch,
-                    (long long)size->vocab, tg_dtype_name(dtype), graph, r.median_ms, r.q1_ms, r.q3_ms,
-                    r.tokens_per_s, r.peak_mib, r.steps);
+                    (long long)size->vocab, tg_dtype_name(dtype), graph, r.median_ms, r.q1_ms, r.q3_ms, r.tokens_per_s,
+                    r.peak_mib, r.steps);
 #ifdef TG_BENCH_CUPTI
         if (opt->profile) ok = profile_case(&c, opt->warmup + r.steps);
 #endif
@@ -393,7 +424,10 @@ int main(int argc, char **argv)
         perror(opt.csv);
         return 1;
     }
-    if (csv) fprintf(csv, "impl,size,layers,d_model,seq,batch,vocab,precision,graph,median_ms,q1_ms,q3_ms,tokens_per_s,peak_mib,steps\n");
+    if (csv)
+        fprintf(
+            csv,
+            "impl,size,layers,d_model,seq,batch,vocab,precision,graph,median_ms,q1_ms,q3_ms,tokens_per_s,peak_mib,steps\n");
     static const char *const activation_names[] = {"auto", "recompute", "keep"};
     printf("train_bench on %s: one training step (batch copy, forward, loss, backward, clip, AdamW), ms; "
            "activations %s, scan chunk %d\n",

@@ -57,19 +57,17 @@ bool tg_check_float(const char *op, const char *name, const tg_tensor *t)
     return false;
 }
 
-bool tg_check_same_kind(const char *op, const char *name_a, const tg_tensor *a,
-                        const char *name_b, const tg_tensor *b)
+bool tg_check_same_kind(const char *op, const char *name_a, const tg_tensor *a, const char *name_b, const tg_tensor *b)
 {
     const char *names[2] = {name_a, name_b};
     const tg_tensor *tensors[2] = {a, b};
     if (a->dtype != b->dtype) {
-        tg_error_tensors(TG_ERR_DTYPE, 2, names, tensors, "%s: %s and %s have different dtypes", op,
-                         name_a, name_b);
+        tg_error_tensors(TG_ERR_DTYPE, 2, names, tensors, "%s: %s and %s have different dtypes", op, name_a, name_b);
         return false;
     }
     if (a->device != b->device) {
-        tg_error_tensors(TG_ERR_DEVICE, 2, names, tensors, "%s: %s and %s are on different devices",
-                         op, name_a, name_b);
+        tg_error_tensors(TG_ERR_DEVICE, 2, names, tensors, "%s: %s and %s are on different devices", op, name_a,
+                         name_b);
         return false;
     }
     return true;
@@ -78,8 +76,7 @@ bool tg_check_same_kind(const char *op, const char *name_a, const tg_tensor *a,
 bool tg_check_ndim(const char *op, const char *name, const tg_tensor *t, int ndim)
 {
     if (t->ndim == ndim) return true;
-    tg_error_tensors(TG_ERR_INVALID, 1, &name, &t, "%s: %s must have %d dimensions, not %d", op, name,
-                     ndim, t->ndim);
+    tg_error_tensors(TG_ERR_INVALID, 1, &name, &t, "%s: %s must have %d dimensions, not %d", op, name, ndim, t->ndim);
     return false;
 }
 
@@ -104,15 +101,11 @@ bool tg_check_axis(const char *op, const tg_tensor *t, int *axis)
         return true;
     }
     const char *name = "x";
-    tg_error_tensors(TG_ERR_INVALID, 1, &name, &t, "%s: axis %d is out of range for %d dimensions", op,
-                     *axis, t->ndim);
+    tg_error_tensors(TG_ERR_INVALID, 1, &name, &t, "%s: axis %d is out of range for %d dimensions", op, *axis, t->ndim);
     return false;
 }
 
-bool tg_mul_overflows(int64_t a, int64_t b, int64_t *out)
-{
-    return __builtin_mul_overflow(a, b, out);
-}
+bool tg_mul_overflows(int64_t a, int64_t b, int64_t *out) { return __builtin_mul_overflow(a, b, out); }
 
 bool tg_shape_numel(int ndim, const int64_t *shape, int64_t *out)
 {

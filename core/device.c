@@ -278,8 +278,10 @@ void tg_device_release_reserved(const void *owner)
     size_t kept = 0;
     for (size_t i = 0; i < graph_blocks.n; i++) {
         tg_graph_block b = graph_blocks.blocks[i];
-        if (b.owner != owner) graph_blocks.blocks[kept++] = b;
-        else if (b.parked) cache_block(b.ptr, b.size);
+        if (b.owner != owner)
+            graph_blocks.blocks[kept++] = b;
+        else if (b.parked)
+            cache_block(b.ptr, b.size);
         /* a block still with its tensor goes to the cache when that tensor is freed */
     }
     graph_blocks.n = kept;

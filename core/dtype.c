@@ -13,11 +13,8 @@ static const struct {
     size_t size;
     bool is_float;
 } dtype_info[TG_DTYPE_COUNT] = {
-    [TG_F32] = {"f32", 4, true},
-    [TG_F64] = {"f64", 8, true},
-    [TG_BF16] = {"bf16", 2, true},
-    [TG_I32] = {"i32", 4, false},
-    [TG_F16] = {"f16", 2, true},
+    [TG_F32] = {"f32", 4, true},  [TG_F64] = {"f64", 8, true}, [TG_BF16] = {"bf16", 2, true},
+    [TG_I32] = {"i32", 4, false}, [TG_F16] = {"f16", 2, true},
 };
 
 static bool dtype_valid(tg_dtype dtype) { return (unsigned)dtype < TG_DTYPE_COUNT; }
@@ -78,7 +75,7 @@ uint16_t tg_f32_to_bf16(float value)
     uint32_t bits;
     memcpy(&bits, &value, sizeof bits);
     if ((bits & 0x7f800000u) == 0x7f800000u && (bits & 0x007fffffu))
-        return (uint16_t)((bits >> 16) | 0x0040u); /* keep NaN a (quiet) NaN */
+        return (uint16_t)((bits >> 16) | 0x0040u);     /* keep NaN a (quiet) NaN */
     uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u); /* round to nearest, ties to even */
     return (uint16_t)((bits + rounding) >> 16);
 }

@@ -39,8 +39,8 @@ tg_status tg_set_error(tg_status status, const char *format, ...)
     return status;
 }
 
-tg_status tg_error_tensors(tg_status status, int n, const char *const *names,
-                           const tg_tensor *const *tensors, const char *format, ...)
+tg_status tg_error_tensors(tg_status status, int n, const char *const *names, const tg_tensor *const *tensors,
+                           const char *format, ...)
 {
     va_list args;
     va_start(args, format);
@@ -50,12 +50,10 @@ tg_status tg_error_tensors(tg_status status, int n, const char *const *names,
     for (int i = 0; i < n && used + 1 < sizeof last_error; i++) {
         char description[160];
         tg_describe(tensors[i], description, sizeof description);
-        snprintf(last_error + used, sizeof last_error - used, "%s%s: %s", i == 0 ? " (" : ", ",
-                 names[i], description);
+        snprintf(last_error + used, sizeof last_error - used, "%s%s: %s", i == 0 ? " (" : ", ", names[i], description);
         used = strlen(last_error);
     }
-    if (n > 0 && used + 1 < sizeof last_error)
-        snprintf(last_error + used, sizeof last_error - used, ")");
+    if (n > 0 && used + 1 < sizeof last_error) snprintf(last_error + used, sizeof last_error - used, ")");
     return status;
 }
 

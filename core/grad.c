@@ -10,8 +10,8 @@
 #include <string.h>
 
 /* out[...] += in[...] over `shape`, with any strides (0 where `out` is broadcast). */
-static void add_strided(char *out, tg_dtype out_dtype, const int64_t *out_strides, const char *in,
-                        tg_dtype in_dtype, const int64_t *in_strides, int ndim, const int64_t *shape)
+static void add_strided(char *out, tg_dtype out_dtype, const int64_t *out_strides, const char *in, tg_dtype in_dtype,
+                        const int64_t *in_strides, int ndim, const int64_t *shape)
 {
     tg_iter it;
     tg_iter_init(&it, ndim, shape, 2, (const int64_t *[]){out_strides, in_strides});
@@ -66,7 +66,8 @@ static tg_tensor *new_activation_grad(const tg_tensor *t)
 tg_tensor *tg_node_grad_buffer(tg_node *node, int input_index)
 {
     if (!node || input_index < 0 || input_index >= node->n_inputs || !node->inputs[input_index]) {
-        if (!node) tg_set_error(TG_ERR_INVALID, "tg_node_grad_buffer: node is NULL");
+        if (!node)
+            tg_set_error(TG_ERR_INVALID, "tg_node_grad_buffer: node is NULL");
         else
             tg_set_error(TG_ERR_INVALID, "tg_node_grad_buffer: input_index %d is not an input of %s (it has %d)",
                          input_index, node->op, node->n_inputs);
@@ -78,8 +79,8 @@ tg_tensor *tg_node_grad_buffer(tg_node *node, int input_index)
         if ((x->grad = new_activation_grad(x)) && x->device == TG_DEVICE_CPU && tg_tape_poisons(node->tape))
             memset(x->grad->storage->data, 0xff, x->grad->storage->nbytes);
         if (!x->grad) {
-            tg_set_error(TG_ERR_NOMEM, "tg_node_grad_buffer: out of memory for the gradient of %s's input %d",
-                         node->op, input_index);
+            tg_set_error(TG_ERR_NOMEM, "tg_node_grad_buffer: out of memory for the gradient of %s's input %d", node->op,
+                         input_index);
             return NULL;
         }
         node->grads_in_place |= (uint64_t)1 << input_index;

@@ -46,13 +46,12 @@ static tg_status evaluate(checked_function *f, double *value)
     if (!out) return TG_ERR_INVALID;
     if (tg_numel(out) != 1)
         return tg_set_error(TG_ERR_INVALID, "tg_gradcheck: the function must return one element, not %lld",
-                        (long long)tg_numel(out));
+                            (long long)tg_numel(out));
     *value = tg_item(out);
     return TG_OK;
 }
 
-static tg_status check_inputs(tg_gradcheck_fn fn, tg_tensor *const *inputs, int n_inputs,
-                              tg_gradcheck_result *result)
+static tg_status check_inputs(tg_gradcheck_fn fn, tg_tensor *const *inputs, int n_inputs, tg_gradcheck_result *result)
 {
     if (!fn || !result || !inputs)
         return tg_set_error(TG_ERR_INVALID, "tg_gradcheck: %s is NULL", !fn ? "fn" : !result ? "result" : "inputs");
@@ -79,11 +78,11 @@ static tg_status check_inputs(tg_gradcheck_fn fn, tg_tensor *const *inputs, int 
 /* What the failures of one input have in common, for the pattern summary. */
 typedef struct {
     int64_t checked, failed;
-    bool directions;                /* compared along random directions, not element by element */
-    int64_t first[TG_MAX_DIMS];     /* the first failing element's multi-index */
-    unsigned shared_dims;           /* bit d: every failure so far has first[d] along dimension d */
+    bool directions;                 /* compared along random directions, not element by element */
+    int64_t first[TG_MAX_DIMS];      /* the first failing element's multi-index */
+    unsigned shared_dims;            /* bit d: every failure so far has first[d] along dimension d */
     bool last_failed, others_failed; /* the input's last element failed; some other element did */
-    double low, high;               /* the range of the input's values at the failures */
+    double low, high;                /* the range of the input's values at the failures */
 } failures;
 
 typedef struct {
@@ -115,8 +114,10 @@ static void note_failure(failures *fl, const tg_tensor *x, int64_t index, double
     }
     for (int d = 0; d < x->ndim; d++)
         if (position[d] != fl->first[d]) fl->shared_dims &= ~(1u << d);
-    if (index == tg_numel(x) - 1) fl->last_failed = true;
-    else fl->others_failed = true;
+    if (index == tg_numel(x) - 1)
+        fl->last_failed = true;
+    else
+        fl->others_failed = true;
     fl->low = fmin(fl->low, value), fl->high = fmax(fl->high, value);
 }
 
@@ -171,8 +172,7 @@ static void shift(tg_tensor *x, const double *original, const double *direction,
     for (int64_t e = 0; e < n; e++) tg_set_flat(x, e, original[e] + step * direction[e]);
 }
 
-static tg_status check_directions(checked_function *f, check_state *c, int input, const double *analytic,
-                                  tg_rng *rng)
+static tg_status check_directions(checked_function *f, check_state *c, int input, const double *analytic, tg_rng *rng)
 {
     const tg_gradcheck_options *opt = c->opt;
     tg_tensor *x = f->inputs[input];
@@ -247,8 +247,7 @@ static void describe_failures(const failures *fl, const tg_tensor *x, int input,
         snprintf(out + used, size - (size_t)used, ", at input values from %.3g to %.3g", fl->low, fl->high);
 }
 
-static void summarise(tg_gradcheck_result *result, const failures *per_input, tg_tensor *const *inputs,
-                      int n_inputs)
+static void summarise(tg_gradcheck_result *result, const failures *per_input, tg_tensor *const *inputs, int n_inputs)
 {
     result->passed = result->n_checked > 0 && result->n_failed == 0;
     size_t used = 0;
@@ -282,12 +281,12 @@ tg_status tg_gradcheck(tg_gradcheck_fn fn, tg_tensor *const *inputs, int n_input
     tg_status status = check_inputs(fn, inputs, n_inputs, result);
     if (status != TG_OK) return status;
     tg_gradcheck_options opt = options ? *options : tg_gradcheck_defaults();
-    const char *wrong = !(opt.eps > 0) || !isfinite(opt.eps)     ? "eps must be finite and > 0"
+    const char *wrong = !(opt.eps > 0) || !isfinite(opt.eps)      ? "eps must be finite and > 0"
                         : !(opt.atol >= 0) || !isfinite(opt.atol) ? "atol must be finite and ≥ 0"
                         : !(opt.rtol >= 0) || !isfinite(opt.rtol) ? "rtol must be finite and ≥ 0"
-                        : opt.n_directions < 1                     ? "n_directions must be ≥ 1"
-                        : opt.max_elements_per_input < 0           ? "max_elements_per_input must be ≥ 0"
-                                                                   : NULL;
+                        : opt.n_directions < 1                    ? "n_directions must be ≥ 1"
+                        : opt.max_elements_per_input < 0          ? "max_elements_per_input must be ≥ 0"
+                                                                  : NULL;
     if (wrong) return tg_set_error(TG_ERR_INVALID, "tg_gradcheck: options: %s", wrong);
     memset(result, 0, sizeof *result);
     result->worst_input = -1;

@@ -31,8 +31,10 @@ tg_status tg_graph_begin(tg_device device)
     const char *fn = "tg_graph_begin";
     if (!tg_check_device_value(fn, device)) return TG_ERR_DEVICE;
     if (tg_device_resolve(device) != TG_DEVICE_CUDA || !tg_device_has_tensors(TG_DEVICE_CUDA))
-        return tg_set_error(TG_ERR_DEVICE, "%s: graphs are recorded on a CUDA device, not on %s (run a CPU step "
-                                           "directly)", fn, tg_device_name(tg_device_resolve(device)));
+        return tg_set_error(TG_ERR_DEVICE,
+                            "%s: graphs are recorded on a CUDA device, not on %s (run a CPU step "
+                            "directly)",
+                            fn, tg_device_name(tg_device_resolve(device)));
     if (tg_cuda_capturing()) return tg_set_error(TG_ERR_STATE, "%s: a capture is already running", fn);
     if (!tg_cuda_bad_input_record()) return failed(fn, TG_ERR_DEVICE);
     tg_device_capture_track(true);
@@ -52,7 +54,8 @@ tg_graph *tg_graph_end(void)
         return NULL;
     }
     tg_graph *graph = calloc(1, sizeof *graph);
-    tg_status status = tg_cuda_capture_end(graph ? &graph->exec : &(void *){NULL}, graph ? &graph->n_nodes : &(size_t){0});
+    tg_status status =
+        tg_cuda_capture_end(graph ? &graph->exec : &(void *){NULL}, graph ? &graph->n_nodes : &(size_t){0});
     if (status == TG_OK && !graph) status = tg_set_error(TG_ERR_NOMEM, "%s: out of host memory", fn);
     if (status == TG_OK) status = tg_device_reserve_captured(graph);
     if (status == TG_OK) return graph;
@@ -89,14 +92,17 @@ tg_status tg_device_check_errors(tg_device device)
     if (status != TG_OK) return failed("tg_device_check_errors", status);
     switch (bad.kind) {
     case TG_BAD_EMBEDDING_ID:
-        return tg_set_error(TG_ERR_INVALID, "tg_embedding: id %d at flat position %lld is outside [0, %lld) (found "
-                                            "on the device in a captured step; the optimizer step after it changed "
-                                            "nothing)", (int)bad.value, (long long)bad.position, (long long)bad.limit);
+        return tg_set_error(TG_ERR_INVALID,
+                            "tg_embedding: id %d at flat position %lld is outside [0, %lld) (found "
+                            "on the device in a captured step; the optimizer step after it changed "
+                            "nothing)",
+                            (int)bad.value, (long long)bad.position, (long long)bad.limit);
     case TG_BAD_TARGET:
-        return tg_set_error(TG_ERR_INVALID, "tg_cross_entropy: target %d at flat position %lld is outside [0, V) "
-                                            "with V = %lld (found on the device in a captured step; the optimizer "
-                                            "step after it changed nothing)", (int)bad.value, (long long)bad.position,
-                            (long long)bad.limit);
+        return tg_set_error(TG_ERR_INVALID,
+                            "tg_cross_entropy: target %d at flat position %lld is outside [0, V) "
+                            "with V = %lld (found on the device in a captured step; the optimizer "
+                            "step after it changed nothing)",
+                            (int)bad.value, (long long)bad.position, (long long)bad.limit);
     default: return TG_OK;
     }
 }
@@ -106,8 +112,10 @@ tg_status tg_device_check_errors(tg_device device)
 tg_status tg_graph_begin(tg_device device)
 {
     if (!tg_check_device_value("tg_graph_begin", device)) return TG_ERR_DEVICE;
-    return tg_set_error(TG_ERR_DEVICE, "tg_graph_begin: graphs are recorded on a CUDA device, and this build has "
-                                       "no CUDA backend (device %s)", tg_device_name(tg_device_resolve(device)));
+    return tg_set_error(TG_ERR_DEVICE,
+                        "tg_graph_begin: graphs are recorded on a CUDA device, and this build has "
+                        "no CUDA backend (device %s)",
+                        tg_device_name(tg_device_resolve(device)));
 }
 
 tg_graph *tg_graph_end(void)

@@ -93,9 +93,8 @@ void tg_device_release_reserved(const void *owner);
 /* tg_set_error (public, tensor.h) sets the thread's message and returns the status, so
  * callers can `return tg_set_error(TG_ERR_INVALID, "tg_add: ...")`. */
 /* Like tg_set_error, then appends " (name0: [2, 3] f32 cpu, name1: ...)" for the tensors. */
-tg_status tg_error_tensors(tg_status status, int n, const char *const *names,
-                           const tg_tensor *const *tensors, const char *format, ...)
-    __attribute__((format(printf, 5, 6)));
+tg_status tg_error_tensors(tg_status status, int n, const char *const *names, const tg_tensor *const *tensors,
+                           const char *format, ...) __attribute__((format(printf, 5, 6)));
 /* "tg_add: no cuda kernel" style error for a missing dispatch entry. */
 tg_status tg_error_no_kernel(const char *op, tg_device device);
 
@@ -109,8 +108,7 @@ bool tg_check_tensor(const char *op, const char *name, const tg_tensor *t);
 /* As above and a float dtype (f32, f64, bf16, f16). */
 bool tg_check_float(const char *op, const char *name, const tg_tensor *t);
 /* a and b have one dtype and one device (both already checked non-NULL). */
-bool tg_check_same_kind(const char *op, const char *name_a, const tg_tensor *a,
-                        const char *name_b, const tg_tensor *b);
+bool tg_check_same_kind(const char *op, const char *name_a, const tg_tensor *a, const char *name_b, const tg_tensor *b);
 bool tg_check_ndim(const char *op, const char *name, const tg_tensor *t, int ndim);
 /* Whether this build can hold tensors on the device. */
 bool tg_device_has_tensors(tg_device device);
@@ -130,8 +128,8 @@ char *tg_shape_str(int ndim, const int64_t *shape, char *buf, size_t size);
 /* ---- tensors made by ops ------------------------------------------------------------ */
 
 /* A view of base's storage with the given geometry, allocated on the tape. */
-tg_tensor *tg_view(tg_tape *tape, const tg_tensor *base, int ndim, const int64_t *shape,
-                   const int64_t *strides, int64_t offset);
+tg_tensor *tg_view(tg_tape *tape, const tg_tensor *base, int ndim, const int64_t *shape, const int64_t *strides,
+                   int64_t offset);
 /* tg_tensor_new without the zero fill: for a buffer that is written whole before it is read
  * (an activation's gradient on its first contribution). */
 tg_tensor *tg_tensor_new_uninitialized(tg_dtype dtype, tg_device device, int ndim, const int64_t *shape);
@@ -226,8 +224,7 @@ typedef struct {
     bool empty;
 } tg_iter;
 
-void tg_iter_init(tg_iter *it, int ndim, const int64_t *shape, int n_operands,
-                  const int64_t *const *strides);
+void tg_iter_init(tg_iter *it, int ndim, const int64_t *shape, int n_operands, const int64_t *const *strides);
 bool tg_iter_next_row(tg_iter *it);
 
 /* ---- broadcasting -------------------------------------------------------------------- */
@@ -263,9 +260,11 @@ tg_tensor *tg_reduce_to_shape(tg_tape *tape, const tg_tensor *g, int ndim, const
 #else
 #define TG_CUDA_KERNEL(kernel) NULL /* a build without CUDA has no such function */
 #endif
-#define TG_KERNELS(cpu_kernel, cuda_kernel) \
-    { [TG_DEVICE_CPU] = (cpu_kernel), [TG_DEVICE_CUDA] = (cuda_kernel) }
-#define TG_DISPATCH(op, table, device, ...) \
+#define TG_KERNELS(cpu_kernel, cuda_kernel)                                                                            \
+    {                                                                                                                  \
+        [TG_DEVICE_CPU] = (cpu_kernel), [TG_DEVICE_CUDA] = (cuda_kernel)                                               \
+    }
+#define TG_DISPATCH(op, table, device, ...)                                                                            \
     ((table)[(device)] ? (table)[(device)](__VA_ARGS__) : tg_error_no_kernel((op), (device)))
 
 /* ---- op scaffolding ---------------------------------------------------------------------

@@ -4,8 +4,7 @@
 
 #include <string.h>
 
-void tg_iter_init(tg_iter *it, int ndim, const int64_t *shape, int n_operands,
-                  const int64_t *const *strides)
+void tg_iter_init(tg_iter *it, int ndim, const int64_t *shape, int n_operands, const int64_t *const *strides)
 {
     memset(it, 0, sizeof *it);
     it->ndim = ndim;

@@ -46,12 +46,12 @@ static struct {
     pthread_mutex_t dispatch_lock, lock;
     pthread_cond_t work, done;
     range_job jobs[MAX_THREADS];
-    int workers;       /* started so far: workers 1 .. workers */
-    int active;        /* jobs 1 .. active − 1 belong to this generation */
-    int pending;       /* workers of this generation still running */
+    int workers; /* started so far: workers 1 .. workers */
+    int active;  /* jobs 1 .. active − 1 belong to this generation */
+    int pending; /* workers of this generation still running */
     unsigned generation;
     unsigned started_at[MAX_THREADS]; /* the generation at each worker's start */
-    pid_t owner;       /* the process that started them: a forked child has none */
+    pid_t owner;                      /* the process that started them: a forked child has none */
 } pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER};
 
 static void *worker_main(void *arg)
@@ -127,8 +127,10 @@ static void run_on_new_threads(range_job *jobs, int threads)
     for (int k = 1; k < threads; k++) started[k] = pthread_create(&ids[k], NULL, run_range, &jobs[k]) == 0;
     run_job(&jobs[0]);
     for (int k = 1; k < threads; k++) {
-        if (started[k]) pthread_join(ids[k], NULL);
-        else run_job(&jobs[k]); /* no thread to be had: this one does the work */
+        if (started[k])
+            pthread_join(ids[k], NULL);
+        else
+            run_job(&jobs[k]); /* no thread to be had: this one does the work */
     }
 }
 

@@ -18,7 +18,7 @@
 
 struct tg_params {
     tg_device device;
-    tg_dtype dtype;      /* set by the first parameter; all share it */
+    tg_dtype dtype; /* set by the first parameter; all share it */
     tg_storage data;
     tg_storage grad;
     int64_t numel;       /* elements in use */
@@ -34,7 +34,7 @@ tg_params *tg_params_create(tg_device device)
     device = tg_device_resolve(device);
     if (!tg_device_has_tensors(device)) {
         tg_set_error(TG_ERR_DEVICE, "tg_params_create: %s parameters are not supported by this build (CPU only)",
-                 tg_device_name(device));
+                     tg_device_name(device));
         return NULL;
     }
     tg_params *params = calloc(1, sizeof *params);
@@ -68,8 +68,10 @@ static bool grow_buffer(tg_storage *storage, size_t used, size_t bytes)
     void *data;
     if (tg_device_alloc(storage->device, bytes, &data) != TG_OK) return false;
     tg_status status = TG_OK;
-    if (used && storage->device == TG_DEVICE_CPU) memcpy(data, storage->data, used);
-    else if (used) status = tg_device_memcpy(data, storage->data, used, TG_COPY_DEVICE_TO_DEVICE);
+    if (used && storage->device == TG_DEVICE_CPU)
+        memcpy(data, storage->data, used);
+    else if (used)
+        status = tg_device_memcpy(data, storage->data, used, TG_COPY_DEVICE_TO_DEVICE);
     if (status != TG_OK) {
         tg_device_free(storage->device, data, bytes);
         return false;
@@ -135,12 +137,13 @@ tg_tensor *tg_params_add(tg_params *params, const char *name, tg_dtype dtype, in
         return NULL;
     }
     if (!tg_dtype_is_float(dtype)) {
-        tg_set_error(TG_ERR_DTYPE, "%s: parameter '%s' must have a float dtype, not %s", op, name, tg_dtype_name(dtype));
+        tg_set_error(TG_ERR_DTYPE, "%s: parameter '%s' must have a float dtype, not %s", op, name,
+                     tg_dtype_name(dtype));
         return NULL;
     }
     if (params->count && dtype != params->dtype) {
-        tg_set_error(TG_ERR_DTYPE, "%s: parameter '%s' has dtype %s but the store holds %s", op, name, tg_dtype_name(dtype),
-                 tg_dtype_name(params->dtype));
+        tg_set_error(TG_ERR_DTYPE, "%s: parameter '%s' has dtype %s but the store holds %s", op, name,
+                     tg_dtype_name(dtype), tg_dtype_name(params->dtype));
         return NULL;
     }
     if (ndim < 1 || ndim > TG_MAX_DIMS) {
@@ -179,8 +182,10 @@ tg_tensor *tg_params_add(tg_params *params, const char *name, tg_dtype dtype, in
     t->grad = g;
     t->requires_grad = true;
     size_t size = tg_dtype_size(dtype);
-    if (tg_device_zero(params->device, (char *)params->data.data + params->numel * (int64_t)size, (size_t)numel * size) != TG_OK ||
-        tg_device_zero(params->device, (char *)params->grad.data + params->numel * (int64_t)size, (size_t)numel * size) != TG_OK) {
+    if (tg_device_zero(params->device, (char *)params->data.data + params->numel * (int64_t)size,
+                       (size_t)numel * size) != TG_OK ||
+        tg_device_zero(params->device, (char *)params->grad.data + params->numel * (int64_t)size,
+                       (size_t)numel * size) != TG_OK) {
         free(copy);
         free(t);
         free(g);
@@ -190,7 +195,8 @@ tg_tensor *tg_params_add(tg_params *params, const char *name, tg_dtype dtype, in
     params->tensors[params->count++] = t;
     return t;
 nomem:
-    tg_set_error(TG_ERR_NOMEM, "%s: out of memory adding '%s' %s", op, name, tg_shape_str(ndim, shape, text, sizeof text));
+    tg_set_error(TG_ERR_NOMEM, "%s: out of memory adding '%s' %s", op, name,
+                 tg_shape_str(ndim, shape, text, sizeof text));
     return NULL;
 }
 

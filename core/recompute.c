@@ -65,8 +65,8 @@ static bool releasable(const char *op, const tg_tape *tape, tg_tensor *const *te
     return false;
 }
 
-tg_status tg_recompute_in_backward(tg_tape *tape, int n, tg_tensor *const *tensors, tg_recompute_fn fn,
-                                   const void *ctx, size_t ctx_size)
+tg_status tg_recompute_in_backward(tg_tape *tape, int n, tg_tensor *const *tensors, tg_recompute_fn fn, const void *ctx,
+                                   size_t ctx_size)
 {
     const char *op = "tg_recompute_in_backward";
     if (!tg_check_tape(op, tape)) return TG_ERR_INVALID;
@@ -92,8 +92,8 @@ tg_status tg_recompute_in_backward(tg_tape *tape, int n, tg_tensor *const *tenso
     memcpy(inputs, tensors, sizeof(tg_tensor *) * (size_t)n);
     if (ctx_size) memcpy(ctx_copy, ctx, ctx_size);
     *marker = (marker_ctx){fn, ctx_copy};
-    *node = (tg_node){.op = "recompute", .backward = marker_backward, .tape = tape, .n_inputs = n,
-                      .inputs = inputs, .ctx = marker};
+    *node = (tg_node){
+        .op = "recompute", .backward = marker_backward, .tape = tape, .n_inputs = n, .inputs = inputs, .ctx = marker};
     tg_tape_push_node(tape, node);
     for (int i = 0; i < n; i++) release_data(tape, tensors[i]->storage);
     return TG_OK;
@@ -121,9 +121,8 @@ static tg_status check_recomputed(const tg_node *marker, int i, const tg_tensor 
     if (!out)
         return tg_set_error(TG_ERR_INVALID, "%s: the recompute function gave no tensor %d (%s)", op, i,
                             tg_last_error());
-    bool same = out->dtype == released->dtype && out->device == released->device &&
-                tg_same_shape(out, released) && out->offset == 0 && out->storage &&
-                out->storage->nbytes == released->storage->nbytes;
+    bool same = out->dtype == released->dtype && out->device == released->device && tg_same_shape(out, released) &&
+                out->offset == 0 && out->storage && out->storage->nbytes == released->storage->nbytes;
     for (int d = 0; same && d < out->ndim; d++) same = out->strides[d] == released->strides[d];
     if (same) return TG_OK;
     const char *names[2] = {"recomputed", "released"};

@@ -68,8 +68,10 @@ double tg_rng_normal(tg_rng *rng)
 int64_t tg_rng_below(tg_rng *rng, int64_t bound)
 {
     if (!rng || bound <= 0) {
-        if (!rng) tg_set_error(TG_ERR_INVALID, "tg_rng_below: rng is NULL");
-        else tg_set_error(TG_ERR_INVALID, "tg_rng_below: bound must be > 0, not %lld", (long long)bound);
+        if (!rng)
+            tg_set_error(TG_ERR_INVALID, "tg_rng_below: rng is NULL");
+        else
+            tg_set_error(TG_ERR_INVALID, "tg_rng_below: bound must be > 0, not %lld", (long long)bound);
         return -1;
     }
     /* Rejection keeps the result exactly uniform. */

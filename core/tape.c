@@ -169,8 +169,7 @@ static bool mark_is_past(const tg_tape *tape, tg_tape_mark mark)
     if (mark.n_nodes > tape->n_nodes) return false;
     bool chunk_found = false;
     for (const tg_chunk *c = tape->first; c && !chunk_found; c = c->next) {
-        if (c == mark.arena_chunk)
-            chunk_found = mark.arena_used <= c->used;
+        if (c == mark.arena_chunk) chunk_found = mark.arena_used <= c->used;
         if (c == tape->current) break;
     }
     if (!chunk_found) return false;
@@ -261,10 +260,7 @@ bool tg_tape_grad_enabled(const tg_tape *tape)
     return tg_check_tape("tg_tape_grad_enabled", tape) && tape->grad_enabled;
 }
 
-size_t tg_tape_node_count(const tg_tape *tape)
-{
-    return tg_check_tape("tg_tape_node_count", tape) ? tape->n_nodes : 0;
-}
+size_t tg_tape_node_count(const tg_tape *tape) { return tg_check_tape("tg_tape_node_count", tape) ? tape->n_nodes : 0; }
 
 size_t tg_tape_bytes_in_use(const tg_tape *tape)
 {
@@ -311,8 +307,10 @@ static const char *record_problem(const tg_tape *tape, const tg_op_record *r, ch
         const tg_tensor *out = r->outputs[j];
         if (!out) continue; /* an optional output that was not asked for */
         if (out->tape != tape || out->producer) {
-            snprintf(why, size, "outputs[%d] must be a tensor made on this tape and not yet produced by an op "
-                                "(a parameter, a free tensor or another op's output cannot be)", j);
+            snprintf(why, size,
+                     "outputs[%d] must be a tensor made on this tape and not yet produced by an op "
+                     "(a parameter, a free tensor or another op's output cannot be)",
+                     j);
             return why;
         }
     }
@@ -467,8 +465,7 @@ static tg_status run_backward(tg_tape *tape, tg_tensor *output, const tg_tensor 
     /* Backward functions may call ops (on the same tape): they must not be recorded. */
     bool was_enabled = tg_tape_set_grad_enabled(tape, false);
     tg_status status = tg_accumulate_grad(tape, output, output_grad);
-    for (tg_node *node = tape->last; node && status == TG_OK; node = node->prev)
-        status = run_node_backward(tape, node);
+    for (tg_node *node = tape->last; node && status == TG_OK; node = node->prev) status = run_node_backward(tape, node);
     tg_tape_set_grad_enabled(tape, was_enabled);
     if (status != TG_OK) clear_activation_grads(tape);
     return status;

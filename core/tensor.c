@@ -67,17 +67,15 @@ char *tg_describe(const tg_tensor *t, char *buf, size_t size)
     }
     char shape[128];
     int ndim = t->ndim < 0 ? 0 : t->ndim > TG_MAX_DIMS ? TG_MAX_DIMS : t->ndim;
-    snprintf(buf, size, "%s %s %s%s", tg_shape_str(ndim, t->shape, shape, sizeof shape),
-             tg_dtype_name(t->dtype), tg_device_name(t->device),
-             t->storage && !tg_is_contiguous(t) ? " strided" : "");
+    snprintf(buf, size, "%s %s %s%s", tg_shape_str(ndim, t->shape, shape, sizeof shape), tg_dtype_name(t->dtype),
+             tg_device_name(t->device), t->storage && !tg_is_contiguous(t) ? " strided" : "");
     return buf;
 }
 
 /* ---- making tensors ------------------------------------------------------------------ */
 
 /* Validates a creation request; on success *nbytes holds the byte size. */
-static bool check_new(const char *op, tg_dtype dtype, tg_device device, int ndim, const int64_t *shape,
-                      size_t *nbytes)
+static bool check_new(const char *op, tg_dtype dtype, tg_device device, int ndim, const int64_t *shape, size_t *nbytes)
 {
     if (!tg_dtype_size(dtype)) {
         tg_set_error(TG_ERR_DTYPE, "%s: dtype %d does not exist", op, (int)dtype);
@@ -99,20 +97,21 @@ static bool check_new(const char *op, tg_dtype dtype, tg_device device, int ndim
     int64_t numel, bytes;
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0) {
-            tg_set_error(TG_ERR_INVALID, "%s: negative dimension in shape %s", op, tg_shape_str(ndim, shape, text, sizeof text));
+            tg_set_error(TG_ERR_INVALID, "%s: negative dimension in shape %s", op,
+                         tg_shape_str(ndim, shape, text, sizeof text));
             return false;
         }
     }
     if (!tg_shape_numel(ndim, shape, &numel) || tg_mul_overflows(numel, (int64_t)tg_dtype_size(dtype), &bytes) ||
         (uint64_t)bytes > SIZE_MAX / 2) {
         tg_set_error(TG_ERR_OVERFLOW, "%s: shape %s %s is too large (size overflows)", op,
-                 tg_shape_str(ndim, shape, text, sizeof text), tg_dtype_name(dtype));
+                     tg_shape_str(ndim, shape, text, sizeof text), tg_dtype_name(dtype));
         return false;
     }
     device = tg_device_resolve(device);
     if (!tg_device_has_tensors(device)) {
         tg_set_error(TG_ERR_DEVICE, "%s: %s tensors are not supported by this build (CPU only)", op,
-                 tg_device_name(device));
+                     tg_device_name(device));
         return false;
     }
     *nbytes = (size_t)bytes;
@@ -191,8 +190,7 @@ static bool check_value(const char *op, tg_dtype dtype, double value)
     return false;
 }
 
-tg_tensor *tg_full(tg_tape *tape, tg_dtype dtype, tg_device device, int ndim, const int64_t *shape,
-                   double value)
+tg_tensor *tg_full(tg_tape *tape, tg_dtype dtype, tg_device device, int ndim, const int64_t *shape, double value)
 {
     const char *op = "tg_full";
     if (tg_dtype_size(dtype) && !check_value(op, dtype, value)) return NULL;
@@ -269,8 +267,8 @@ tg_tensor *tg_empty_same_layout(tg_tape *tape, const tg_tensor *x)
     return t;
 }
 
-tg_tensor *tg_view(tg_tape *tape, const tg_tensor *base, int ndim, const int64_t *shape,
-                   const int64_t *strides, int64_t offset)
+tg_tensor *tg_view(tg_tape *tape, const tg_tensor *base, int ndim, const int64_t *shape, const int64_t *strides,
+                   int64_t offset)
 {
     tg_tensor *t = tg_tape_alloc(tape, sizeof *t);
     if (!t) {
@@ -336,10 +334,11 @@ void tg_tensor_free(tg_tensor *t)
 {
     if (!t) return;
     if (t->tape || !t->storage || t->storage->kind != TG_STORAGE_HEAP) {
-        tg_set_error(TG_ERR_INVALID, "tg_tensor_free: t is not a tensor from tg_tensor_new (it is %s); nothing was freed",
-                     t->tape ? "a tape's, freed by tg_tape_reset"
+        tg_set_error(TG_ERR_INVALID,
+                     "tg_tensor_free: t is not a tensor from tg_tensor_new (it is %s); nothing was freed",
+                     t->tape                                               ? "a tape's, freed by tg_tape_reset"
                      : t->storage && t->storage->kind == TG_STORAGE_PARAMS ? "a parameter, freed with its store"
-                                                                             : "not a valid tensor");
+                                                                           : "not a valid tensor");
         return;
     }
     tg_tensor_release(t);
@@ -390,7 +389,8 @@ void *tg_data(const tg_tensor *t)
 {
     if (!tg_check_tensor("tg_data", "t", t)) return NULL;
     if (t->device != TG_DEVICE_CPU) {
-        tg_set_error(TG_ERR_DEVICE, "tg_data: the tensor is on %s; copy it to the host first", tg_device_name(t->device));
+        tg_set_error(TG_ERR_DEVICE, "tg_data: the tensor is on %s; copy it to the host first",
+                     tg_device_name(t->device));
         return NULL;
     }
     return tg_bytes(t);
@@ -421,7 +421,8 @@ static double load_element(const tg_tensor *t, int64_t offset)
     if (t->device == TG_DEVICE_CPU) return tg_load(tg_bytes(t), t->dtype, offset);
     unsigned char bytes[8] = {0};
     size_t size = tg_dtype_size(t->dtype);
-    if (tg_device_memcpy(bytes, tg_bytes(t) + offset * (int64_t)size, size, TG_COPY_DEVICE_TO_HOST) != TG_OK) return NAN;
+    if (tg_device_memcpy(bytes, tg_bytes(t) + offset * (int64_t)size, size, TG_COPY_DEVICE_TO_HOST) != TG_OK)
+        return NAN;
     return tg_load(bytes, t->dtype, 0);
 }
 
@@ -504,16 +505,17 @@ double tg_item(const tg_tensor *t)
 
 /* Copies between two strided element sequences of the same shape, in host memory,
  * converting dtypes. */
-static void copy_strided(void *dst, tg_dtype dst_dtype, const int64_t *dst_strides, const void *src,
-                         tg_dtype src_dtype, const int64_t *src_strides, int ndim, const int64_t *shape)
+static void copy_strided(void *dst, tg_dtype dst_dtype, const int64_t *dst_strides, const void *src, tg_dtype src_dtype,
+                         const int64_t *src_strides, int ndim, const int64_t *shape)
 {
     tg_iter it;
     tg_iter_init(&it, ndim, shape, 2, (const int64_t *[]){dst_strides, src_strides});
     if (it.empty) return;
     if (dst_dtype == src_dtype && it.row_stride[0] == 1 && it.row_stride[1] == 1) {
         size_t size = tg_dtype_size(dst_dtype);
-        do memcpy((char *)dst + it.offset[0] * (int64_t)size, (const char *)src + it.offset[1] * (int64_t)size,
-                  (size_t)it.row_length * size);
+        do
+            memcpy((char *)dst + it.offset[0] * (int64_t)size, (const char *)src + it.offset[1] * (int64_t)size,
+                   (size_t)it.row_length * size);
         while (tg_iter_next_row(&it));
         return;
     }
@@ -663,14 +665,15 @@ static const void *contiguous_host_values(const tg_tensor *t, void **owned)
 
 tg_status tg_copy(tg_tensor *dst, const tg_tensor *src)
 {
-    if (!tg_check_tensor("tg_copy", "dst", dst) || !tg_check_tensor("tg_copy", "src", src))
-        return TG_ERR_INVALID;
+    if (!tg_check_tensor("tg_copy", "dst", dst) || !tg_check_tensor("tg_copy", "src", src)) return TG_ERR_INVALID;
     const char *names[2] = {"dst", "src"};
     const tg_tensor *tensors[2] = {dst, src};
-    if (!tg_same_shape(dst, src)) return tg_error_tensors(TG_ERR_INVALID, 2, names, tensors, "tg_copy: dst and src shapes differ");
+    if (!tg_same_shape(dst, src))
+        return tg_error_tensors(TG_ERR_INVALID, 2, names, tensors, "tg_copy: dst and src shapes differ");
     if (tg_dtype_is_float(dst->dtype) != tg_dtype_is_float(src->dtype))
-        return tg_error_tensors(TG_ERR_DTYPE, 2, names, tensors,
-                                "tg_copy: dst and src must both be float, or both i32 (use tg_copy_to_host to convert)");
+        return tg_error_tensors(
+            TG_ERR_DTYPE, 2, names, tensors,
+            "tg_copy: dst and src must both be float, or both i32 (use tg_copy_to_host to convert)");
     if (dst->device == TG_DEVICE_CPU && src->device == TG_DEVICE_CPU) {
         copy_strided(tg_bytes(dst), dst->dtype, dst->strides, tg_bytes(src), src->dtype, src->strides, dst->ndim,
                      dst->shape);
@@ -689,7 +692,8 @@ tg_status tg_copy(tg_tensor *dst, const tg_tensor *src)
     if (src->device == TG_DEVICE_CPU) { /* host → device */
         void *owned;
         const void *values = contiguous_host_values(src, &owned);
-        tg_status status = values ? tg_copy_from_host(dst, values, src->dtype) : tg_set_error(TG_ERR_NOMEM, "tg_copy: out of host memory");
+        tg_status status = values ? tg_copy_from_host(dst, values, src->dtype)
+                                  : tg_set_error(TG_ERR_NOMEM, "tg_copy: out of host memory");
         free(owned);
         return status;
     }
@@ -716,7 +720,8 @@ tg_status tg_fill(tg_tensor *t, double value)
     if (it.empty) return TG_OK;
     char *base = tg_bytes(t);
     do {
-        for (int64_t j = 0; j < it.row_length; j++) tg_store(base, t->dtype, it.offset[0] + j * it.row_stride[0], value);
+        for (int64_t j = 0; j < it.row_length; j++)
+            tg_store(base, t->dtype, it.offset[0] + j * it.row_stride[0], value);
     } while (tg_iter_next_row(&it));
     return TG_OK;
 }

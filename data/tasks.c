@@ -12,16 +12,15 @@
 
 /* ---- shared checks -------------------------------------------------------------------- */
 
-static tg_status check_buffers(const char *fn, const void *config, const tg_rng *rng, int64_t batch,
-                               int64_t seq_len, const int32_t *inputs, const int32_t *targets)
+static tg_status check_buffers(const char *fn, const void *config, const tg_rng *rng, int64_t batch, int64_t seq_len,
+                               const int32_t *inputs, const int32_t *targets)
 {
     int64_t total;
     if (!config) return tg_set_error(TG_ERR_INVALID, "%s: config is NULL", fn);
     if (!rng) return tg_set_error(TG_ERR_INVALID, "%s: rng is NULL", fn);
     if (!inputs || !targets) return tg_set_error(TG_ERR_INVALID, "%s: %s is NULL", fn, inputs ? "targets" : "inputs");
     if (batch < 1) return tg_set_error(TG_ERR_INVALID, "%s: batch is %lld; it must be ≥ 1", fn, (long long)batch);
-    if (seq_len < 1)
-        return tg_set_error(TG_ERR_INVALID, "%s: seq_len is %lld; it must be ≥ 1", fn, (long long)seq_len);
+    if (seq_len < 1) return tg_set_error(TG_ERR_INVALID, "%s: seq_len is %lld; it must be ≥ 1", fn, (long long)seq_len);
     if (tg_mul_overflows(batch, seq_len, &total))
         return tg_set_error(TG_ERR_OVERFLOW, "%s: batch %lld × seq_len %lld overflows", fn, (long long)batch,
                             (long long)seq_len);
@@ -32,8 +31,8 @@ static tg_status check_buffers(const char *fn, const void *config, const tg_rng 
 static tg_status check_vocab(const char *fn, int64_t vocab, int64_t min_vocab, const char *why)
 {
     if (vocab < min_vocab)
-        return tg_set_error(TG_ERR_INVALID, "%s: vocab %lld is too small: %s (vocab ≥ %lld)", fn, (long long)vocab,
-                            why, (long long)min_vocab);
+        return tg_set_error(TG_ERR_INVALID, "%s: vocab %lld is too small: %s (vocab ≥ %lld)", fn, (long long)vocab, why,
+                            (long long)min_vocab);
     if (vocab > INT32_MAX)
         return tg_set_error(TG_ERR_INVALID, "%s: vocab %lld does not fit int32 ids", fn, (long long)vocab);
     return TG_OK;
@@ -165,8 +164,7 @@ tg_status tg_task_induction_batch(const tg_induction_config *config, tg_rng *rng
     return induction("tg_task_induction_batch", config, rng, batch, seq_len, inputs, targets);
 }
 
-tg_status tg_task_induction_fill(const tg_induction_config *config, tg_rng *rng, tg_tensor *inputs,
-                                 tg_tensor *targets)
+tg_status tg_task_induction_fill(const tg_induction_config *config, tg_rng *rng, tg_tensor *inputs, tg_tensor *targets)
 {
     static const char *const fn = "tg_task_induction_fill";
     tg_status status = check_tensors(fn, inputs, targets);

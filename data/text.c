@@ -39,9 +39,11 @@ static int32_t utf8_next(const unsigned char *s, size_t size, size_t *pos)
 {
     static const int32_t smallest[5] = {0, 0, 0x80, 0x800, 0x10000}; /* below: overlong */
     unsigned char lead = s[*pos];
-    int n = lead < 0x80 ? 1 : lead >= 0xC0 && lead < 0xE0 ? 2 : lead >= 0xE0 && lead < 0xF0 ? 3
-                                                            : lead >= 0xF0 && lead < 0xF8 ? 4
-                                                                                          : 0;
+    int n = lead < 0x80                   ? 1
+            : lead >= 0xC0 && lead < 0xE0 ? 2
+            : lead >= 0xE0 && lead < 0xF0 ? 3
+            : lead >= 0xF0 && lead < 0xF8 ? 4
+                                          : 0;
     if (n == 0 || size - *pos < (size_t)n) return -1;
     int32_t cp = n == 1 ? lead : lead & (0x7F >> n);
     for (int i = 1; i < n; i++) {
@@ -133,8 +135,10 @@ static tg_status assign_ids(const char *fn, tg_text *text, int32_t *table, int64
 {
     text->vocab = 0;
     for (int64_t c = 0; c < range; c++)
-        if (table[c]) table[c] = (int32_t)text->vocab++;
-        else table[c] = -1;
+        if (table[c])
+            table[c] = (int32_t)text->vocab++;
+        else
+            table[c] = -1;
     text->chars = malloc((size_t)text->vocab * sizeof *text->chars);
     if (!text->chars) return tg_set_error(TG_ERR_NOMEM, "%s: out of memory for the vocabulary", fn);
     for (int64_t c = 0; c < range; c++)
@@ -153,7 +157,7 @@ static tg_text *build(const char *fn, const char *name, const unsigned char *s, 
         return tg_set_error(TG_ERR_OVERFLOW, "%s: %s is too large (%zu bytes)", fn, name, size), NULL;
     int64_t range = o.unit == TG_TEXT_BYTES ? 256 : CODE_POINTS;
     tg_text *text = calloc(1, sizeof *text);
-    int32_t *table = calloc((size_t)range, sizeof *table); /* character → mark, then → id */
+    int32_t *table = calloc((size_t)range, sizeof *table);  /* character → mark, then → id */
     if (text) text->ids = malloc(size * sizeof *text->ids); /* at most one character per byte */
     tg_status status = TG_OK;
     if (!text || !table || !text->ids)
@@ -294,8 +298,10 @@ static int32_t lookup_id(const tg_text *text, int64_t character)
     int64_t low = 0, high = text->vocab; /* the answer, if any, is in [low, high) */
     while (low < high) {
         int64_t mid = low + (high - low) / 2;
-        if (text->chars[mid] < character) low = mid + 1;
-        else high = mid;
+        if (text->chars[mid] < character)
+            low = mid + 1;
+        else
+            high = mid;
     }
     return low < text->vocab && text->chars[low] == character ? (int32_t)low : -1;
 }
@@ -304,7 +310,8 @@ int32_t tg_text_id(const tg_text *text, int64_t character)
 {
     if (!check_text("tg_text_id", text, false, 0)) return -1;
     int32_t id = lookup_id(text, character);
-    if (id < 0) tg_set_error(TG_ERR_INVALID, "tg_text_id: character %lld is not in the vocabulary", (long long)character);
+    if (id < 0)
+        tg_set_error(TG_ERR_INVALID, "tg_text_id: character %lld is not in the vocabulary", (long long)character);
     return id;
 }
 
@@ -338,7 +345,10 @@ tg_status tg_text_encode(const tg_text *text, const char *str, size_t size, int3
     static const char *const fn = "tg_text_encode";
     if (!text || !ids || !n_ids || (!str && size > 0))
         return tg_set_error(TG_ERR_INVALID, "%s: %s is NULL", fn,
-                            !text ? "text" : !ids ? "ids" : !n_ids ? "n_ids" : "str");
+                            !text    ? "text"
+                            : !ids   ? "ids"
+                            : !n_ids ? "n_ids"
+                                     : "str");
     /* A first pass checks the whole string and counts, so that a refused call writes nothing. */
     int64_t n;
     tg_status status = encode(fn, text, (const unsigned char *)str, size, NULL, &n);
@@ -373,8 +383,10 @@ tg_status tg_text_decode(const tg_text *text, const int32_t *ids, int64_t n_ids,
     size_t used = 0;
     for (int64_t i = 0; i < n_ids; i++) {
         int32_t c = text->chars[ids[i]];
-        if (text->unit == TG_TEXT_BYTES) out[used++] = (char)(unsigned char)c;
-        else used += (size_t)utf8_put(c, out + used);
+        if (text->unit == TG_TEXT_BYTES)
+            out[used++] = (char)(unsigned char)c;
+        else
+            used += (size_t)utf8_put(c, out + used);
     }
     out[used] = '\0';
     return TG_OK;
@@ -411,8 +423,8 @@ tg_status tg_text_batch(const tg_text *text, tg_text_split split, tg_rng *rng, i
     int64_t n = tg_text_length(text, split);
     if (n - 1 < seq_len)
         return tg_set_error(TG_ERR_INVALID,
-                            "%s: the %s split has %lld characters, fewer than one window of seq_len + 1 = %lld",
-                            fn, split_name(split), (long long)n, (long long)seq_len + 1);
+                            "%s: the %s split has %lld characters, fewer than one window of seq_len + 1 = %lld", fn,
+                            split_name(split), (long long)n, (long long)seq_len + 1);
     const int32_t *ids = tg_text_ids(text, split);
     for (int64_t b = 0; b < batch; b++) {
         int64_t start = tg_rng_below(rng, n - seq_len); /* start + seq_len ≤ n − 1: the last target exists */

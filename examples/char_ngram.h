@@ -104,8 +104,8 @@ static inline int64_t *ngram_insert(ngram_table *t, uint64_t key)
 
 /* ---- the model ------------------------------------------------------------------------------ */
 
-enum { GRAM_COUNT, GRAM_CONT, GRAM_WIDTH };                                  /* per k-gram */
-enum { HIST_RAW, HIST_SUM, HIST_N1, HIST_N2, HIST_N3, HIST_WIDTH };         /* per history */
+enum { GRAM_COUNT, GRAM_CONT, GRAM_WIDTH };                         /* per k-gram */
+enum { HIST_RAW, HIST_SUM, HIST_N1, HIST_N2, HIST_N3, HIST_WIDTH }; /* per history */
 
 typedef struct {
     int order;
@@ -197,7 +197,8 @@ static inline ngram_model *ngram_train(const int32_t *ids, int64_t n, int64_t vo
             const int64_t *gram = t->values + i * t->width;
             int64_t a = ngram_adjusted(m, k, gram);
             int64_t *h = ngram_insert(&m->history[k], (t->keys[i] - 1) / (uint64_t)vocab);
-            if (!h) ok = false;
+            if (!h)
+                ok = false;
             else {
                 h[HIST_RAW] += gram[GRAM_COUNT];
                 h[HIST_SUM] += a;

@@ -47,8 +47,10 @@ static double get(const tg_tensor *t, const void *data, int64_t i)
 
 static void put(const tg_tensor *t, void *data, int64_t i, double value)
 {
-    if (t->dtype == TG_F32) ((float *)data)[i] = (float)value;
-    else ((double *)data)[i] = value;
+    if (t->dtype == TG_F32)
+        ((float *)data)[i] = (float)value;
+    else
+        ((double *)data)[i] = value;
 }
 
 /* y = gelu(x) */
@@ -208,8 +210,7 @@ static bool check_gradient(int64_t rows, int64_t cols)
     tg_tensor *inputs[2] = {random_tensor(tape, TG_F64, 2, shape, 2.0, true),
                             random_tensor(tape, TG_F64, 2, shape, 1.0, false)};
     tg_gradcheck_result result;
-    tg_status status = inputs[0] && inputs[1] ? tg_gradcheck(gelu_loss, inputs, 2, NULL, NULL, &result)
-                                              : TG_ERR_NOMEM;
+    tg_status status = inputs[0] && inputs[1] ? tg_gradcheck(gelu_loss, inputs, 2, NULL, NULL, &result) : TG_ERR_NOMEM;
     bool ok = status == TG_OK && result.passed;
     printf("  x: [%lld, %lld] f64: %s\n", (long long)rows, (long long)cols,
            status == TG_OK ? result.message : tg_last_error());

@@ -30,8 +30,8 @@ typedef struct {
     tg_tensor *head_bias;   /* (V) */
 } shift_model;
 
-static tg_status shift_model_init(shift_model *m, tg_dtype dtype, int64_t vocab, int64_t dim, int64_t kernel,
-                                  int lag, uint64_t seed)
+static tg_status shift_model_init(shift_model *m, tg_dtype dtype, int64_t vocab, int64_t dim, int64_t kernel, int lag,
+                                  uint64_t seed)
 {
     *m = (shift_model){.vocab = vocab, .dim = dim, .kernel = kernel, .lag = lag};
     m->params = tg_params_create(TG_DEVICE_CPU);
@@ -54,11 +54,11 @@ static tg_status shift_model_init(shift_model *m, tg_dtype dtype, int64_t vocab,
 static tg_tensor *shift_model_loss(shift_model *m, tg_tape *tape, tg_tensor *tokens, tg_tensor *targets,
                                    tg_tensor **logits_out)
 {
-    tg_tensor *h = tg_embedding(tape, m->embedding, tokens);                      /* (B, L, D) */
-    tg_tensor *channels = tg_transpose(tape, h, 1, 2);                             /* (B, D, L) view */
+    tg_tensor *h = tg_embedding(tape, m->embedding, tokens); /* (B, L, D) */
+    tg_tensor *channels = tg_transpose(tape, h, 1, 2);       /* (B, D, L) view */
     tg_causal_conv1d_options conv = {.bias = m->conv_bias, .activation = TG_ACT_SILU};
-    tg_tensor *mixed = tg_causal_conv1d(tape, channels, m->conv_weight, &conv);    /* channel-last */
-    tg_tensor *features = tg_transpose(tape, mixed, 1, 2);                         /* (B, L, D) */
+    tg_tensor *mixed = tg_causal_conv1d(tape, channels, m->conv_weight, &conv); /* channel-last */
+    tg_tensor *features = tg_transpose(tape, mixed, 1, 2);                      /* (B, L, D) */
     tg_tensor *logits = tg_add(tape, tg_matmul(tape, features, m->head_weight, false, false), m->head_bias);
     if (logits_out) *logits_out = logits;
     return tg_cross_entropy(tape, logits, targets, SHIFT_IGNORE);

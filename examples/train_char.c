@@ -134,8 +134,8 @@ int main(int argc, char **argv)
          TRAIN_RESTORED},
         {"eval-windows", TRAIN_INT, &max_windows, "N", "held-out windows per evaluation; 0: all of them", 0, 1e15,
          TRAIN_RESTORED},
-        {"sample", TRAIN_INT, &n_sample, "N", "write N characters from the checkpoint (--resume or --ckpt) and exit",
-         0, 1e12, TRAIN_RUN_ONLY},
+        {"sample", TRAIN_INT, &n_sample, "N", "write N characters from the checkpoint (--resume or --ckpt) and exit", 0,
+         1e12, TRAIN_RUN_ONLY},
         {"temperature", TRAIN_REAL, &temperature, "T", "sampling temperature; 0: always the likeliest", 0, 100,
          TRAIN_RUN_ONLY},
         {"prompt", TRAIN_TEXT, &prompt, "TEXT", "sampling starts after this text", 0, 0, TRAIN_RUN_ONLY, "a newline"},
@@ -145,7 +145,9 @@ int main(int argc, char **argv)
         .summary = "Trains a character-level Mamba LM on a text file and reports the held-out loss in\n"
                    "nats per character; with --sample, writes text from a trained checkpoint instead.",
         .example = "train_char --ckpt kjv.safetensors && train_char --resume kjv.safetensors --sample 400",
-        .options = &options, .flags = flags, .n_flags = sizeof flags / sizeof flags[0],
+        .options = &options,
+        .flags = flags,
+        .n_flags = sizeof flags / sizeof flags[0],
         .eval_columns = eval_columns,
     };
     int code = train_parse(&program, argc, argv);

@@ -16,15 +16,25 @@
 
 #define MAX_FLAGS 48
 #define MAX_EVAL_COLUMNS 8
-#define CLIP_NORM 1.0  /* the global gradient norm is clipped to this */
+#define CLIP_NORM 1.0    /* the global gradient norm is clipped to this */
 #define COSINE_FLOOR 0.1 /* the cosine ends at this fraction of --lr */
 
 train_options train_defaults(void)
 {
     return (train_options){
-        .steps = 1000, .batch = 16, .seq_len = 128, .layers = 2, .d_model = 64, .d_state = 16,
+        .steps = 1000,
+        .batch = 16,
+        .seq_len = 128,
+        .layers = 2,
+        .d_model = 64,
+        .d_state = 16,
         .warmup = -1, /* resolved by train_parse: 5% of --steps */
-        .seed = 1, .lr = 1e-3, .weight_decay = 0.0, .device = TG_DEVICE_AUTO, .ckpt_every = 1000, .graph = 1,
+        .seed = 1,
+        .lr = 1e-3,
+        .weight_decay = 0.0,
+        .device = TG_DEVICE_AUTO,
+        .ckpt_every = 1000,
+        .graph = 1,
     };
 }
 
@@ -41,8 +51,7 @@ static int all_flags(train_program *program, train_flag *flags)
         {"seq-len", TRAIN_INT, &o->seq_len, "N", "tokens per training sequence", 2, 1 << 24, TRAIN_RESTORED},
         {"layers", TRAIN_INT, &o->layers, "N", "Mamba layers", 1, 1024, TRAIN_FIXED},
         {"d-model", TRAIN_INT, &o->d_model, "N", "model width (d_inner is twice that)", 1, 1 << 16, TRAIN_FIXED},
-        {"d-state", TRAIN_INT, &o->d_state, "N", "state size of the selective scan, per channel", 1, 1024,
-         TRAIN_FIXED},
+        {"d-state", TRAIN_INT, &o->d_state, "N", "state size of the selective scan, per channel", 1, 1024, TRAIN_FIXED},
         {"lr", TRAIN_REAL, &o->lr, "X", "peak learning rate of AdamW", 0, 10, TRAIN_RESTORED},
         {"warmup", TRAIN_INT, &o->warmup, "N", "linear warm-up steps, then a cosine to 10% of --lr", -1, big,
          TRAIN_RESTORED, "5% of --steps"},
@@ -55,10 +64,10 @@ static int all_flags(train_program *program, train_flag *flags)
          TRAIN_RUN_ONLY},
         {"tf32", TRAIN_CHOICE, &o->tf32, "off|on", "on a GPU, f32 matrix products in TF32 (faster, less exact)", 0, 0,
          TRAIN_RUN_ONLY},
-        {"device", TRAIN_DEVICE, &o->device, "cpu|cuda|auto", "where to train (auto: the GPU when there is one)", 0,
-         0, TRAIN_RUN_ONLY},
-        {"ckpt", TRAIN_TEXT, &o->ckpt, "PATH", "save a checkpoint here every --ckpt-every steps and at the end", 0,
-         0, TRAIN_RUN_ONLY, "none"},
+        {"device", TRAIN_DEVICE, &o->device, "cpu|cuda|auto", "where to train (auto: the GPU when there is one)", 0, 0,
+         TRAIN_RUN_ONLY},
+        {"ckpt", TRAIN_TEXT, &o->ckpt, "PATH", "save a checkpoint here every --ckpt-every steps and at the end", 0, 0,
+         TRAIN_RUN_ONLY, "none"},
         {"ckpt-every", TRAIN_INT, &o->ckpt_every, "N", "steps between checkpoints", 1, big, TRAIN_RUN_ONLY},
         {"resume", TRAIN_TEXT, &o->resume, "PATH",
          "continue the run saved in this checkpoint (its flags are the defaults)", 0, 0, TRAIN_RUN_ONLY, "none"},
@@ -68,8 +77,8 @@ static int all_flags(train_program *program, train_flag *flags)
         {"eval-every", TRAIN_INT, &o->eval_every, "N", "steps between evaluations (and after the last); 0: at the end",
          0, big, TRAIN_RESTORED},
         {"csv", TRAIN_TEXT, &o->csv, "PATH", "write one CSV row per step here", 0, 0, TRAIN_RUN_ONLY, "none"},
-        {"log-every", TRAIN_INT, &o->log_every, "N", "steps between the progress lines that stay on screen", 0,
-         big, TRAIN_RUN_ONLY, "1/20 of the run"},
+        {"log-every", TRAIN_INT, &o->log_every, "N", "steps between the progress lines that stay on screen", 0, big,
+         TRAIN_RUN_ONLY, "1/20 of the run"},
     };
     const int n_common = (int)(sizeof common / sizeof common[0]);
     int n = 0;
@@ -105,8 +114,10 @@ static void describe_form(const train_flag *f, char *buf, size_t size)
 {
     switch (f->kind) {
     case TRAIN_INT:
-        if (f->max >= 1e15) snprintf(buf, size, "a whole number >= %.0f", f->min);
-        else snprintf(buf, size, "a whole number from %.0f to %.0f", f->min, f->max);
+        if (f->max >= 1e15)
+            snprintf(buf, size, "a whole number >= %.0f", f->min);
+        else
+            snprintf(buf, size, "a whole number from %.0f to %.0f", f->min, f->max);
         break;
     case TRAIN_REAL: snprintf(buf, size, "a number from %g to %g", f->min, f->max); break;
     case TRAIN_TEXT: snprintf(buf, size, "a non-empty value"); break;
@@ -139,10 +150,14 @@ static bool parse_value(train_flag *f, const char *text)
         *(const char **)f->value = text;
         return true;
     case TRAIN_DEVICE:
-        if (!strcmp(text, "cpu")) *(tg_device *)f->value = TG_DEVICE_CPU;
-        else if (!strcmp(text, "cuda")) *(tg_device *)f->value = TG_DEVICE_CUDA;
-        else if (!strcmp(text, "auto")) *(tg_device *)f->value = TG_DEVICE_AUTO;
-        else return false;
+        if (!strcmp(text, "cpu"))
+            *(tg_device *)f->value = TG_DEVICE_CPU;
+        else if (!strcmp(text, "cuda"))
+            *(tg_device *)f->value = TG_DEVICE_CUDA;
+        else if (!strcmp(text, "auto"))
+            *(tg_device *)f->value = TG_DEVICE_AUTO;
+        else
+            return false;
         return true;
     case TRAIN_CHOICE: {
         size_t length = strlen(text);
@@ -275,12 +290,11 @@ static int apply_config(train_program *program, train_flag *flags, int n, const 
             /* The text is owned by the config, which is freed below: keep a copy. */
             if (f->kind == TRAIN_TEXT) {
                 free(restored_texts[i]);
-                if (!(text = restored_texts[i] = strdup(text)))
-                    code = train_usage_error(program, "out of memory");
+                if (!(text = restored_texts[i] = strdup(text))) code = train_usage_error(program, "out of memory");
             }
             if (code == TRAIN_GO && !parse_value(f, text))
-                code = train_usage_error(program, "--resume %s: the saved --%s '%s' is not valid here", path,
-                                         f->name, text);
+                code = train_usage_error(program, "--resume %s: the saved --%s '%s' is not valid here", path, f->name,
+                                         text);
         } else if (f->resume == TRAIN_FIXED && strcmp(given, text) != 0) {
             code = train_usage_error(program,
                                      "--%s %s differs from the checkpoint's %s (%s): a resumed run keeps the "
@@ -326,25 +340,25 @@ static char *config_json(const train_program *program, const train_session *s, i
 /* ---- the session's private state ---------------------------------------------------------- */
 
 struct train_state {
-    char *config;          /* the checkpoint's config text */
+    char *config; /* the checkpoint's config text */
     FILE *csv;
-    int n_eval;            /* evaluation columns */
+    int n_eval; /* evaluation columns */
     double eval[MAX_EVAL_COLUMNS];
-    bool eval_recorded;    /* for the step s->step, whose row is not written yet */
+    bool eval_recorded; /* for the step s->step, whose row is not written yet */
     train_stepper *stepper;
-    int64_t skipped_seen;  /* the optimizer's skipped steps the rows have accounted for */
-    double last_rows;      /* train_seconds() when rows were last written */
+    int64_t skipped_seen; /* the optimizer's skipped steps the rows have accounted for */
+    double last_rows;     /* train_seconds() when rows were last written */
     /* the step whose row is being written */
     double loss, accuracy, lr, step_seconds;
     /* progress */
-    bool tty;              /* stderr is a terminal: one line redrawn in place */
-    bool line_shown;       /* a progress line is on screen, without its newline */
+    bool tty;        /* stderr is a terminal: one line redrawn in place */
+    bool line_shown; /* a progress line is on screen, without its newline */
     char line[256];
     double start, last_draw;
-    int64_t first_step;    /* s->step when this run started (after --resume) */
+    int64_t first_step; /* s->step when this run started (after --resume) */
     int64_t window_steps, window_tokens;
     double window_loss, window_accuracy, window_seconds;
-    int64_t saved_step;    /* the step of the last checkpoint written (-1: none) */
+    int64_t saved_step; /* the step of the last checkpoint written (-1: none) */
 };
 
 static int64_t end_step(const train_session *s)
@@ -357,8 +371,10 @@ static int64_t end_step(const train_session *s)
 static void format_duration(double seconds, char *buf, size_t size)
 {
     long t = seconds > 0 && seconds < 1e9 ? (long)(seconds + 0.5) : 0;
-    if (t >= 3600) snprintf(buf, size, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
-    else snprintf(buf, size, "%ld:%02ld", t / 60, t % 60);
+    if (t >= 3600)
+        snprintf(buf, size, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+    else
+        snprintf(buf, size, "%ld:%02ld", t / 60, t % 60);
 }
 
 double train_seconds(void)
@@ -467,8 +483,8 @@ static void print_summary(const train_session *s, int64_t vocab_size)
 {
     const train_options *o = s->options;
     fprintf(stderr, "%s: Mamba LM, %lld layers, d_model %lld, d_state %lld, vocab %lld: %lld parameters, on %s\n",
-            s->program->name, (long long)o->layers, (long long)o->d_model, (long long)o->d_state,
-            (long long)vocab_size, (long long)tg_params_numel(s->params), tg_device_name(s->device));
+            s->program->name, (long long)o->layers, (long long)o->d_model, (long long)o->d_state, (long long)vocab_size,
+            (long long)tg_params_numel(s->params), tg_device_name(s->device));
     fprintf(stderr,
             "training: %lld steps of %lld x %lld tokens, AdamW lr %g (warm-up %lld steps, cosine to %g), "
             "clipping at %g, %s%s\n",
@@ -498,14 +514,17 @@ train_session *train_open(const train_program *program, int64_t vocab_size)
     tg_rng init;
     tg_rng_seed(&init, (uint64_t)o->seed);
     tg_rng_seed(&s->data_rng, (uint64_t)o->seed ^ 0x9E3779B97F4A7C15ull);
-    tg_mamba_config config = {.vocab_size = vocab_size, .d_model = o->d_model, .n_layer = o->layers,
-                              .d_state = o->d_state, .dtype = o->precision == 1 ? TG_BF16 : TG_F32};
+    tg_mamba_config config = {.vocab_size = vocab_size,
+                              .d_model = o->d_model,
+                              .n_layer = o->layers,
+                              .d_state = o->d_state,
+                              .dtype = o->precision == 1 ? TG_BF16 : TG_F32};
     size_t tokens = (size_t)(o->batch * o->seq_len);
     if (!(s->params = tg_params_create(s->device)) || !(s->model = tg_mamba_create(&config, s->params, &init)) ||
         !(s->optim = create_optimizer(s)) || !(s->tape = tg_tape_create()) ||
-        !(st->stepper = train_stepper_create(s, o->graph == 1)) ||
-        !(s->inputs = malloc(tokens * sizeof *s->inputs)) || !(s->targets = malloc(tokens * sizeof *s->targets)) ||
-        (o->resume && resume(s) != TG_OK) || !(st->config = config_json(program, s, vocab_size))) {
+        !(st->stepper = train_stepper_create(s, o->graph == 1)) || !(s->inputs = malloc(tokens * sizeof *s->inputs)) ||
+        !(s->targets = malloc(tokens * sizeof *s->targets)) || (o->resume && resume(s) != TG_OK) ||
+        !(st->config = config_json(program, s, vocab_size))) {
         fprintf(stderr, "%s: %s\n", program->name, tg_last_error()[0] ? tg_last_error() : "out of memory");
         train_free(s);
         return NULL;
@@ -629,12 +648,14 @@ static void write_csv_row(train_session *s, int64_t step)
     struct train_state *st = s->state;
     const train_options *o = s->options;
     double tokens_per_s = (double)(o->batch * o->seq_len) / st->step_seconds;
-    fprintf(st->csv, "%lld,%.9g,%.9g,%.9g,%.1f,%.3f", (long long)step, st->loss, st->accuracy, st->lr,
-            tokens_per_s, train_seconds() - st->start);
+    fprintf(st->csv, "%lld,%.9g,%.9g,%.9g,%.1f,%.3f", (long long)step, st->loss, st->accuracy, st->lr, tokens_per_s,
+            train_seconds() - st->start);
     bool with_eval = st->eval_recorded && step == s->step;
     for (int i = 0; i < st->n_eval; i++) {
-        if (with_eval && !isnan(st->eval[i])) fprintf(st->csv, ",%.9g", st->eval[i]);
-        else fputc(',', st->csv);
+        if (with_eval && !isnan(st->eval[i]))
+            fprintf(st->csv, ",%.9g", st->eval[i]);
+        else
+            fputc(',', st->csv);
     }
     fputc('\n', st->csv);
     fflush(st->csv); /* complete rows only, so the file can be plotted while the run goes on */
@@ -654,8 +675,8 @@ static void format_progress(const train_session *s, int64_t step)
     int used = snprintf(st->line, sizeof st->line, "step %lld/%lld  loss %.4f", (long long)step,
                         (long long)s->options->steps, st->window_loss / n);
     if (!isnan(st->window_accuracy))
-        used += snprintf(st->line + used, sizeof st->line - (size_t)used, "  acc %.1f%%",
-                         100 * st->window_accuracy / n);
+        used +=
+            snprintf(st->line + used, sizeof st->line - (size_t)used, "  acc %.1f%%", 100 * st->window_accuracy / n);
     snprintf(st->line + used, sizeof st->line - (size_t)used, "  %.1fk tok/s  %s elapsed  ETA %s", rate / 1e3,
              elapsed_text, eta_text);
 }
@@ -718,9 +739,10 @@ static tg_status write_rows(train_session *s)
     if (status != TG_OK) return status;
     int64_t skipped = tg_optim_skipped_steps(s->optim);
     if (skipped != st->skipped_seen) /* on the CPU the step itself fails; on a GPU it shows here */
-        return tg_set_error(TG_ERR_STATE, "%s: %lld of steps %lld to %lld changed nothing: the gradient norm was not "
-                            "finite (the loss of step %lld is %g)", s->program->name,
-                            (long long)(skipped - st->skipped_seen), (long long)numbers[0].step,
+        return tg_set_error(TG_ERR_STATE,
+                            "%s: %lld of steps %lld to %lld changed nothing: the gradient norm was not "
+                            "finite (the loss of step %lld is %g)",
+                            s->program->name, (long long)(skipped - st->skipped_seen), (long long)numbers[0].step,
                             (long long)numbers[n - 1].step, (long long)numbers[n - 1].step, numbers[n - 1].loss);
     double now = train_seconds(), seconds = (now - st->last_rows) / n; /* the steps ran back to back */
     st->last_rows = now;
@@ -743,8 +765,8 @@ tg_status train_end_step(train_session *s)
 
 /* ---- evaluation -------------------------------------------------------------------------------- */
 
-tg_status train_eval_batch(train_session *s, const int32_t *inputs, const int32_t *targets, int64_t rows,
-                           int64_t len, train_eval_sums *sums)
+tg_status train_eval_batch(train_session *s, const int32_t *inputs, const int32_t *targets, int64_t rows, int64_t len,
+                           train_eval_sums *sums)
 {
     const int64_t shape[2] = {rows, len};
     bool was_enabled = tg_tape_set_grad_enabled(s->tape, false); /* nothing is recorded: no backward */
@@ -825,8 +847,8 @@ tg_status train_stream_feed(train_stream *stream, const int32_t *ids, int64_t le
     const int64_t shape[2] = {stream->rows, len};
     bool was_enabled = tg_tape_set_grad_enabled(s->tape, false);
     tg_tensor *x = tg_from_data(s->tape, TG_I32, s->device, 2, shape, ids);
-    tg_tensor *logits = x ? tg_mamba_forward(s->tape, s->model, x, stream->started ? stream->state : NULL, final)
-                          : NULL;
+    tg_tensor *logits =
+        x ? tg_mamba_forward(s->tape, s->model, x, stream->started ? stream->state : NULL, final) : NULL;
     tg_status status = logits ? TG_OK : TG_ERR_INVALID;
     /* The final states live on the tape: copy them out before the reset. */
     for (int64_t i = 0; i < layers && status == TG_OK; i++)

@@ -54,13 +54,13 @@ typedef enum {
 typedef struct {
     const char *name; /* without the dashes: "seq-len" */
     train_flag_kind kind;
-    void *value;      /* int64_t *, double *, const char ** or tg_device *, holding the default */
-    const char *arg;  /* the value's placeholder in --help: "N", "PATH" */
+    void *value;     /* int64_t *, double *, const char ** or tg_device *, holding the default */
+    const char *arg; /* the value's placeholder in --help: "N", "PATH" */
     const char *help;
-    double min, max;  /* the accepted range of a number */
+    double min, max; /* the accepted range of a number */
     train_flag_resume resume;
     const char *default_text; /* shown in --help instead of the value (e.g. "5% of --steps") */
-    bool given;       /* set by train_parse: the command line had this flag */
+    bool given;               /* set by train_parse: the command line had this flag */
 } train_flag;
 
 /* The flags every training program has. */
@@ -71,8 +71,8 @@ typedef struct {
     double lr, weight_decay;
     /* this run only */
     tg_device device;
-    int64_t graph;     /* 1: on CUDA, each step replays one CUDA graph (tapegrad/graph.h); 0: off */
-    int64_t tf32;      /* 1: f32 matrix products on CUDA may use TF32 (tg_matmul_set_tf32); 0: off */
+    int64_t graph; /* 1: on CUDA, each step replays one CUDA graph (tapegrad/graph.h); 0: off */
+    int64_t tf32;  /* 1: f32 matrix products on CUDA may use TF32 (tg_matmul_set_tf32); 0: off */
     const char *ckpt, *resume, *csv;
     int64_t ckpt_every, eval_every, stop_at, log_every;
 } train_options;
@@ -81,11 +81,11 @@ typedef struct {
 train_options train_defaults(void);
 
 typedef struct {
-    const char *name;     /* "train_selective_copy": messages start with it */
-    const char *summary;  /* a paragraph for --help */
-    const char *example;  /* an example command for --help */
+    const char *name;    /* "train_selective_copy": messages start with it */
+    const char *summary; /* a paragraph for --help */
+    const char *example; /* an example command for --help */
     train_options *options;
-    train_flag *flags;    /* the program's own flags (may be NULL) */
+    train_flag *flags; /* the program's own flags (may be NULL) */
     int n_flags;
     const char *const *eval_columns; /* the CSV's evaluation columns, NULL-terminated (may be NULL) */
 } train_program;
@@ -116,14 +116,14 @@ int train_usage_error(const train_program *program, const char *format, ...)
 typedef struct train_session {
     const train_program *program;
     const train_options *options;
-    tg_device device;   /* resolved: cpu or cuda */
-    tg_params *params;  /* on device */
+    tg_device device;  /* resolved: cpu or cuda */
+    tg_params *params; /* on device */
     tg_mamba *model;
     tg_optim *optim;
     tg_tape *tape;
-    tg_rng data_rng;    /* draws the training batches; saved in checkpoints */
-    int64_t step;       /* steps done (the checkpoint's step after --resume) */
-    int32_t *inputs;    /* (batch, seq_len) buffers for the program to fill */
+    tg_rng data_rng; /* draws the training batches; saved in checkpoints */
+    int64_t step;    /* steps done (the checkpoint's step after --resume) */
+    int32_t *inputs; /* (batch, seq_len) buffers for the program to fill */
     int32_t *targets;
     struct train_state *state; /* the rest: metrics, CSV, progress (train_common.c) */
 } train_session;
@@ -183,8 +183,8 @@ typedef struct {
 } train_eval_sums;
 
 /* Adds one batch (rows × len ids and targets on the host) to sums, in no-grad mode. */
-tg_status train_eval_batch(train_session *s, const int32_t *inputs, const int32_t *targets, int64_t rows,
-                           int64_t len, train_eval_sums *sums);
+tg_status train_eval_batch(train_session *s, const int32_t *inputs, const int32_t *targets, int64_t rows, int64_t len,
+                           train_eval_sums *sums);
 
 /* Draws n sequences of length len of a synthetic task into inputs and targets. */
 typedef tg_status (*train_task_batch_fn)(const void *task, tg_rng *rng, int64_t n, int64_t len, int32_t *inputs,

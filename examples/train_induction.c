@@ -17,7 +17,7 @@
 #include <stdlib.h>
 
 enum {
-    EVAL_PIECE = 1024,      /* steps per piece of a long evaluation sequence */
+    EVAL_PIECE = 1024, /* steps per piece of a long evaluation sequence */
     EVAL_MIN_SAMPLES = 16,
 };
 
@@ -99,8 +99,10 @@ static tg_status print_table(train_session *s, const tg_induction_config *task, 
     printf("\n| Mamba | %.1fK |", (double)tg_params_numel(s->params) / 1e3);
     for (int k = 6; k <= max_log2; k++) {
         bool trained_here = ((int64_t)1 << k) == s->options->seq_len;
-        if (accuracy[k] == 100.0 && !trained_here) printf(" \u2713 |");
-        else printf(" %.1f |", accuracy[k]);
+        if (accuracy[k] == 100.0 && !trained_here)
+            printf(" \u2713 |");
+        else
+            printf(" %.1f |", accuracy[k]);
     }
     printf("\n\nsequences scored per length:");
     for (int k = 6; k <= max_log2; k++) printf(" %lld", (long long)scored[k]);
@@ -122,14 +124,17 @@ int main(int argc, char **argv)
         {"eval-max-log2", TRAIN_INT, &max_log2, "K", "after training, test at lengths 2^6 .. 2^K (5: none)", 5, 22,
          TRAIN_RESTORED},
         {"eval-samples", TRAIN_INT, &samples, "N",
-         "sequences per test length (fewer past 2^20 tokens on a CPU, 2^28 on a GPU; at least 16)", 1, 1 << 24, TRAIN_RESTORED},
+         "sequences per test length (fewer past 2^20 tokens on a CPU, 2^28 on a GPU; at least 16)", 1, 1 << 24,
+         TRAIN_RESTORED},
     };
     train_program program = {
         .name = "train_induction",
         .summary = "Trains a Mamba LM on Induction Heads (recall the token after the first trigger at the\n"
                    "second one), then tests it at lengths 2^6 .. 2^K and prints the table of the paper.",
         .example = "train_induction --steps 4000 --eval-every 500 --eval-max-log2 14",
-        .options = &options, .flags = flags, .n_flags = sizeof flags / sizeof flags[0],
+        .options = &options,
+        .flags = flags,
+        .n_flags = sizeof flags / sizeof flags[0],
         .eval_columns = eval_columns,
     };
     int code = train_parse(&program, argc, argv);

@@ -32,8 +32,7 @@ int main(int argc, char **argv)
     int64_t vocab = 16, n_copy = 4, eval_rows = 512;
     train_flag flags[] = {
         {"vocab", TRAIN_INT, &vocab, "N", "ids: noise 0, data 1 .. N-2, marker N-1", 3, 1 << 16, TRAIN_FIXED},
-        {"copy", TRAIN_INT, &n_copy, "M", "data tokens to copy (--seq-len counts them twice)", 1, 1 << 20,
-         TRAIN_FIXED},
+        {"copy", TRAIN_INT, &n_copy, "M", "data tokens to copy (--seq-len counts them twice)", 1, 1 << 20, TRAIN_FIXED},
         {"eval-rows", TRAIN_INT, &eval_rows, "N", "held-out sequences per evaluation", 1, 1 << 24, TRAIN_RESTORED},
     };
     train_program program = {
@@ -41,7 +40,9 @@ int main(int argc, char **argv)
         .summary = "Trains a Mamba LM on Selective Copying: M data tokens scattered among noise, to be\n"
                    "written out in order at the M markers that end each sequence of --seq-len tokens.",
         .example = "train_selective_copy --steps 3000 --csv copy.csv --ckpt copy.safetensors",
-        .options = &options, .flags = flags, .n_flags = sizeof flags / sizeof flags[0],
+        .options = &options,
+        .flags = flags,
+        .n_flags = sizeof flags / sizeof flags[0],
         .eval_columns = eval_columns,
     };
     int code = train_parse(&program, argc, argv);
@@ -55,8 +56,8 @@ int main(int argc, char **argv)
     if (!s) return 1;
     double eval[2] = {NAN, NAN};
     while (train_running(s)) {
-        if (tg_task_selective_copy_batch(&task, &s->data_rng, options.batch, options.seq_len, s->inputs,
-                                         s->targets) != TG_OK ||
+        if (tg_task_selective_copy_batch(&task, &s->data_rng, options.batch, options.seq_len, s->inputs, s->targets) !=
+                TG_OK ||
             train_step(s) != TG_OK)
             return train_fail(s);
         if (train_eval_due(s)) {

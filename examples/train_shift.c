@@ -34,8 +34,8 @@ int main(int argc, char **argv)
     tg_rng_seed(&data, 99);
     int32_t tokens[BATCH * LENGTH], targets[BATCH * LENGTH];
     const int64_t shape[2] = {BATCH, LENGTH};
-    printf("shift task: predict the token %d steps back (vocab %d, batch %d x %d), device cpu\n", LAG, VOCAB,
-           BATCH, LENGTH);
+    printf("shift task: predict the token %d steps back (vocab %d, batch %d x %d), device cpu\n", LAG, VOCAB, BATCH,
+           LENGTH);
     double start = seconds_now();
     double accuracy = 0;
     for (int step = 1; step <= steps; step++) {
@@ -53,8 +53,7 @@ int main(int argc, char **argv)
             printf("step %4d  loss %.4f  accuracy %5.1f%%\n", step, tg_item(loss), 100 * accuracy);
         tg_tape_reset(tape);
     }
-    printf("done: %d steps in %.2f s, final batch accuracy %.1f%%\n", steps,
-           seconds_now() - start, 100 * accuracy);
+    printf("done: %d steps in %.2f s, final batch accuracy %.1f%%\n", steps, seconds_now() - start, 100 * accuracy);
     tg_tape_free(tape);
     tg_params_free(model.params);
     return 0;

@@ -23,7 +23,7 @@ struct train_stepper {
     tg_tensor *ring[RING];    /* (3) f64 each: the metrics of steps not yet flushed */
     int64_t ring_step[RING];  /* the step number each slot holds */
     int pending;
-    int64_t steps_run;        /* steps this stepper ran (the first is never captured) */
+    int64_t steps_run; /* steps this stepper ran (the first is never captured) */
     tg_graph *graph;
 };
 

@@ -72,7 +72,7 @@ typedef struct {
     const tg_tensor *param; /* the parameter whose shape it has */
     char *data;             /* its first byte, on the store's device */
     tg_dtype dtype;
-    uint64_t bytes, begin;  /* size, and offset in the data section */
+    uint64_t bytes, begin;     /* size, and offset in the data section */
     const tg_st_tensor *found; /* loading: the file's tensor of this name */
 } entry;
 
@@ -89,7 +89,8 @@ static void plan_release(plan *p)
     *p = (plan){0};
 }
 
-static bool add_entry(plan *p, const char *prefix, const char *buffer, const tg_tensor *param, char *data, tg_dtype dtype)
+static bool add_entry(plan *p, const char *prefix, const char *buffer, const tg_tensor *param, char *data,
+                      tg_dtype dtype)
 {
     size_t n = strlen(prefix) + strlen(buffer) + strlen(param->name) + 3;
     entry *e = &p->entries[p->count];
@@ -146,15 +147,17 @@ static uint64_t plan_offsets(plan *p)
 static tg_status check_params(const char *op, const char *path, tg_params *params, const tg_optim *optim)
 {
     if (!path || !params) return tg_set_error(TG_ERR_INVALID, "%s: %s is NULL", op, !path ? "path" : "params");
-    if (tg_params_count(params) == 0) return tg_set_error(TG_ERR_INVALID, "%s: %s: params holds no parameters", op, path);
+    if (tg_params_count(params) == 0)
+        return tg_set_error(TG_ERR_INVALID, "%s: %s: params holds no parameters", op, path);
     for (size_t i = 0; i < tg_params_count(params); i++) {
         const char *name = tg_params_get(params, i)->name, *wrong = tg_st_name_problem(name);
         if (!strncmp(name, "optim.", 6))
-            return tg_set_error(TG_ERR_INVALID, "%s: %s: parameter '%s': names starting with 'optim.' are kept for optimizer state",
-                                op, path, name);
+            return tg_set_error(TG_ERR_INVALID,
+                                "%s: %s: parameter '%s': names starting with 'optim.' are kept for optimizer state", op,
+                                path, name);
         if (wrong)
-            return tg_set_error(TG_ERR_INVALID, "%s: %s: parameter name '%s' %s, so no checkpoint can hold it", op, path,
-                                name, wrong);
+            return tg_set_error(TG_ERR_INVALID, "%s: %s: parameter name '%s' %s, so no checkpoint can hold it", op,
+                                path, name, wrong);
     }
     if (optim && tg_optim_params(optim) != params)
         return tg_set_error(TG_ERR_INVALID, "%s: %s: optim belongs to another parameter store than params", op, path);
@@ -175,7 +178,9 @@ static cJSON *add_number(cJSON *array, uint64_t value)
 static bool add_tensor(cJSON *root, const entry *e)
 {
     cJSON *t = cJSON_AddObjectToObject(root, e->name);
-    cJSON *shape = t && cJSON_AddStringToObject(t, "dtype", tg_st_dtype_name(e->dtype)) ? cJSON_AddArrayToObject(t, "shape") : NULL;
+    cJSON *shape = t && cJSON_AddStringToObject(t, "dtype", tg_st_dtype_name(e->dtype))
+                       ? cJSON_AddArrayToObject(t, "shape")
+                       : NULL;
     bool ok = shape != NULL;
     for (int d = 0; ok && d < e->param->ndim; d++) ok = add_number(shape, (uint64_t)e->param->shape[d]) != NULL;
     cJSON *offsets = ok ? cJSON_AddArrayToObject(t, "data_offsets") : NULL;
@@ -194,7 +199,8 @@ static bool add_metadata(cJSON *root, const tg_optim *optim, const tg_checkpoint
     return m && cJSON_AddStringToObject(m, "format", FORMAT_NAME) &&
            cJSON_AddStringToObject(m, "format_version", "2") && cJSON_AddStringToObject(m, "step", step) &&
            cJSON_AddStringToObject(m, "rng", rng) &&
-           cJSON_AddStringToObject(m, "optimizer", optim ? tg_optim_kind_name(tg_optim_get_config(optim)->kind) : "none") &&
+           cJSON_AddStringToObject(m, "optimizer",
+                                   optim ? tg_optim_kind_name(tg_optim_get_config(optim)->kind) : "none") &&
            cJSON_AddStringToObject(m, "optimizer_step", optim_step) && cJSON_AddStringToObject(m, "config", config) &&
            cJSON_AddStringToObject(m, "file_crc32", "00000000"); /* filled in once the data is written */
 }
@@ -385,7 +391,8 @@ tg_status tg_checkpoint_save(const char *path, tg_params *params, const tg_optim
     tg_status status = check_params(op, path, params, optim);
     if (status != TG_OK) return status;
     if (info && (info->step < 0 || info->step > MAX_STEP))
-        return tg_set_error(TG_ERR_INVALID, "%s: %s: info step %lld is outside [0, 2^53]", op, path, (long long)info->step);
+        return tg_set_error(TG_ERR_INVALID, "%s: %s: info step %lld is outside [0, 2^53]", op, path,
+                            (long long)info->step);
     const char *config = info && info->config ? info->config : "{}";
     cJSON *parsed = cJSON_Parse(config);
     cJSON_Delete(parsed);
@@ -467,8 +474,10 @@ static bool read_meta(const tg_st_header *h, meta *m, char *problem, size_t size
     m->config = tg_st_metadata(h, "config");
     m->optimizer = tg_st_metadata(h, "optimizer");
     const char *wrong = NULL;
-    if (!parse_int(tg_st_metadata(h, "step"), &m->step)) wrong = "metadata \"step\" is missing or not a count";
-    else if (m->step > MAX_STEP) wrong = "metadata \"step\" is beyond 2^53 (no run takes that many steps)";
+    if (!parse_int(tg_st_metadata(h, "step"), &m->step))
+        wrong = "metadata \"step\" is missing or not a count";
+    else if (m->step > MAX_STEP)
+        wrong = "metadata \"step\" is beyond 2^53 (no run takes that many steps)";
     else if (!parse_int(tg_st_metadata(h, "optimizer_step"), &m->optim_step))
         wrong = "metadata \"optimizer_step\" is missing or not a count";
     else if (m->optim_step > MAX_STEP)
@@ -477,12 +486,14 @@ static bool read_meta(const tg_st_header *h, meta *m, char *problem, size_t size
              !parse_hex(rng, 16, &m->rng.s[0]) || !parse_hex(rng + 17, 16, &m->rng.s[1]) ||
              !parse_hex(rng + 34, 16, &m->rng.s[2]) || !parse_hex(rng + 51, 16, &m->rng.s[3]))
         wrong = "metadata \"rng\" is missing or not four 16-digit hex words";
-    else if (!m->optimizer || (strcmp(m->optimizer, "none") && strcmp(m->optimizer, "sgd") && strcmp(m->optimizer, "adamw")))
+    else if (!m->optimizer ||
+             (strcmp(m->optimizer, "none") && strcmp(m->optimizer, "sgd") && strcmp(m->optimizer, "adamw")))
         wrong = "metadata \"optimizer\" is missing or not one of none, sgd, adamw";
     else if (!crc || strlen(crc) != 8 || !parse_hex(crc, 8, &crc_value))
         wrong = m->version == 1 ? "metadata \"data_crc32\" is missing or not 8 hex digits"
                                 : "metadata \"file_crc32\" is missing or not 8 hex digits";
-    else if (!m->config) wrong = "metadata \"config\" is missing";
+    else if (!m->config)
+        wrong = "metadata \"config\" is missing";
     if (wrong) {
         snprintf(problem, size, "%s", wrong);
         return false;
@@ -520,7 +531,10 @@ static bool file_crc_matches(const unsigned char *file, size_t size, uint64_t he
 
 /* ---- loading: matching the file against the model ------------------------------------------------ */
 
-static int entry_by_name(const void *a, const void *b) { return strcmp(((const entry *)a)->name, ((const entry *)b)->name); }
+static int entry_by_name(const void *a, const void *b)
+{
+    return strcmp(((const entry *)a)->name, ((const entry *)b)->name);
+}
 
 static entry *find_entry(plan *p, const char *name)
 {
@@ -588,8 +602,9 @@ static tg_status load_fail(const char *op, const char *name, const char *problem
 
 /* Everything is checked before the first byte of the model changes. */
 /* file: the whole file (size bytes), whose header h was parsed. */
-static tg_status load_parsed(const char *op, const char *name, const tg_st_header *h, const unsigned char *file, size_t size,
-                             uint64_t header_length, tg_params *params, tg_optim *optim, tg_checkpoint_info *info)
+static tg_status load_parsed(const char *op, const char *name, const tg_st_header *h, const unsigned char *file,
+                             size_t size, uint64_t header_length, tg_params *params, tg_optim *optim,
+                             tg_checkpoint_info *info)
 {
     char problem[512];
     meta m = {0};
@@ -614,7 +629,8 @@ static tg_status load_parsed(const char *op, const char *name, const tg_st_heade
         plan_release(&p);
         free(config);
         if (crc != m.crc) {
-            snprintf(problem, sizeof problem, "the data's CRC-32 is %08x but the file says %08x (the data is corrupt)", crc, m.crc);
+            snprintf(problem, sizeof problem, "the data's CRC-32 is %08x but the file says %08x (the data is corrupt)",
+                     crc, m.crc);
             return load_fail(op, name, problem);
         }
         return tg_set_error(TG_ERR_NOMEM, "%s: %s: out of memory", op, name);
@@ -687,8 +703,8 @@ static tg_status load_buffer(const char *op, const void *bytes, size_t size, con
     return status;
 }
 
-tg_status tg_checkpoint_load_buffer(const void *bytes, size_t size, const char *name, tg_params *params, tg_optim *optim,
-                                    tg_checkpoint_info *info)
+tg_status tg_checkpoint_load_buffer(const void *bytes, size_t size, const char *name, tg_params *params,
+                                    tg_optim *optim, tg_checkpoint_info *info)
 {
     if (!name) return tg_set_error(TG_ERR_INVALID, "tg_checkpoint_load_buffer: name is NULL");
     return load_buffer("tg_checkpoint_load_buffer", bytes, size, name, params, optim, info);
@@ -771,13 +787,15 @@ tg_status tg_checkpoint_read_info(const char *path, tg_checkpoint_info *info)
     unsigned char first[8];
     char *json = NULL;
     bool ok = size >= 8 && pread(fd, first, 8, 0) == 8;
-    ok = ok ? check_length(first, size, &length, problem, sizeof problem) : check_length(NULL, size, &length, problem, sizeof problem);
+    ok = ok ? check_length(first, size, &length, problem, sizeof problem)
+            : check_length(NULL, size, &length, problem, sizeof problem);
     if (ok && !(json = malloc((size_t)length + 1))) {
         close(fd);
         return tg_set_error(TG_ERR_NOMEM, "%s: %s: out of memory", op, path);
     }
     if (ok && pread(fd, json, (size_t)length, 8) != (ssize_t)length) {
-        snprintf(problem, sizeof problem, "cannot read the %llu-byte header: %s", (unsigned long long)length, strerror(errno));
+        snprintf(problem, sizeof problem, "cannot read the %llu-byte header: %s", (unsigned long long)length,
+                 strerror(errno));
         ok = false;
     }
     close(fd);

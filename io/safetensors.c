@@ -50,8 +50,11 @@ const char *tg_st_name_problem(const char *name)
     const unsigned char *c = (const unsigned char *)name;
     while (*c) {
         /* one UTF-8 sequence: its length from the lead byte, then continuation bytes */
-        const int more = *c < 0x80 ? 0 : (*c & 0xe0) == 0xc0 && *c >= 0xc2 ? 1 : (*c & 0xf0) == 0xe0 ? 2
-                         : (*c & 0xf8) == 0xf0 && *c <= 0xf4 ? 3 : -1;
+        const int more = *c < 0x80                           ? 0
+                         : (*c & 0xe0) == 0xc0 && *c >= 0xc2 ? 1
+                         : (*c & 0xf0) == 0xe0               ? 2
+                         : (*c & 0xf8) == 0xf0 && *c <= 0xf4 ? 3
+                                                             : -1;
         if (more < 0) return "is not valid UTF-8";
         if (*c < 0x20) return "holds a control character";
         for (int k = 1; k <= more; k++)
@@ -77,10 +80,10 @@ static bool has_escaped_nul(const char *json, uint64_t length)
     return false;
 }
 
-#define FAIL(...)                                        \
-    do {                                                 \
-        snprintf(problem, problem_size, __VA_ARGS__);    \
-        return false;                                    \
+#define FAIL(...)                                                                                                      \
+    do {                                                                                                               \
+        snprintf(problem, problem_size, __VA_ARGS__);                                                                  \
+        return false;                                                                                                  \
     } while (0)
 
 /* Reads one tensor entry {"dtype", "shape", "data_offsets"} and checks it on its own. */
@@ -95,7 +98,8 @@ static bool parse_tensor(const cJSON *entry, uint64_t data_size, tg_st_tensor *t
     const cJSON *offsets = cJSON_GetObjectItemCaseSensitive(entry, "data_offsets");
     if (!cJSON_IsString(dtype)) FAIL("tensor '%s' has no \"dtype\" string", t->name);
     if (!dtype_from_name(dtype->valuestring, &t->dtype))
-        FAIL("tensor '%s' has dtype \"%.32s\", which is not one of F32, F64, BF16, F16, I32", t->name, dtype->valuestring);
+        FAIL("tensor '%s' has dtype \"%.32s\", which is not one of F32, F64, BF16, F16, I32", t->name,
+             dtype->valuestring);
     int ndim = cJSON_IsArray(shape) ? cJSON_GetArraySize(shape) : -1;
     if (ndim < 0 || ndim > TG_MAX_DIMS)
         FAIL("tensor '%s' needs \"shape\": an array of at most %d sizes", t->name, TG_MAX_DIMS);
@@ -105,14 +109,15 @@ static bool parse_tensor(const cJSON *entry, uint64_t data_size, tg_st_tensor *t
     int d = 0;
     cJSON_ArrayForEach(item, shape)
     {
-        if (!as_count(item, &value) || value > INT64_MAX) FAIL("tensor '%s' has a shape entry that is not a size", t->name);
+        if (!as_count(item, &value) || value > INT64_MAX)
+            FAIL("tensor '%s' has a shape entry that is not a size", t->name);
         t->shape[d++] = (int64_t)value;
         if (value && numel > UINT64_MAX / value) FAIL("tensor '%s' has a shape whose size overflows", t->name);
         numel *= value;
     }
     uint64_t begin, end, size = tg_dtype_size(t->dtype);
-    if (!cJSON_IsArray(offsets) || cJSON_GetArraySize(offsets) != 2 || !as_count(cJSON_GetArrayItem(offsets, 0), &begin) ||
-        !as_count(cJSON_GetArrayItem(offsets, 1), &end))
+    if (!cJSON_IsArray(offsets) || cJSON_GetArraySize(offsets) != 2 ||
+        !as_count(cJSON_GetArrayItem(offsets, 0), &begin) || !as_count(cJSON_GetArrayItem(offsets, 1), &end))
         FAIL("tensor '%s' needs \"data_offsets\": [begin, end], two byte offsets", t->name);
     if (begin > end)
         FAIL("tensor '%s' has data_offsets [%llu, %llu] that end before they begin", t->name, (unsigned long long)begin,
@@ -147,7 +152,10 @@ static int by_offset(const void *a, const void *b)
     return x->end < y->end ? -1 : x->end > y->end;
 }
 
-static int by_name(const void *a, const void *b) { return strcmp(((const tg_st_tensor *)a)->name, ((const tg_st_tensor *)b)->name); }
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(((const tg_st_tensor *)a)->name, ((const tg_st_tensor *)b)->name);
+}
 
 /* Sorted by offset, each tensor must start where the one before ended, and the last end
  * where the data section does. Names must be unique (JSON objects may repeat keys). */
@@ -172,8 +180,9 @@ static bool check_tiling(tg_st_header *h, char *problem, size_t problem_size)
         const tg_st_tensor *t = &sorted[i];
         ok = t->begin == at;
         if (t->begin < at)
-            snprintf(problem, problem_size, "tensors '%s' and '%s' overlap (data_offsets [%llu, %llu] start before byte %llu)",
-                     previous, t->name, (unsigned long long)t->begin, (unsigned long long)t->end, (unsigned long long)at);
+            snprintf(problem, problem_size,
+                     "tensors '%s' and '%s' overlap (data_offsets [%llu, %llu] start before byte %llu)", previous,
+                     t->name, (unsigned long long)t->begin, (unsigned long long)t->end, (unsigned long long)at);
         else if (t->begin > at)
             snprintf(problem, problem_size, "bytes [%llu, %llu) of the data section belong to no tensor (before '%s')",
                      (unsigned long long)at, (unsigned long long)t->begin, t->name);
@@ -194,18 +203,20 @@ bool tg_st_parse_header(const char *json, uint64_t length, uint64_t data_size, t
 {
     *h = (tg_st_header){.data_size = data_size};
     if (length == 0 || json[0] != '{') FAIL("the header does not start with '{'");
-    if (has_escaped_nul(json, length)) FAIL("the header holds an escaped NUL character (\\u0000), which no name or value may hold");
+    if (has_escaped_nul(json, length))
+        FAIL("the header holds an escaped NUL character (\\u0000), which no name or value may hold");
     const char *end = NULL;
     h->root = cJSON_ParseWithLengthOpts(json, (size_t)length, &end, false);
     if (!h->root) {
         uint64_t at = end && end >= json && end <= json + length ? (uint64_t)(end - json) : 0;
-        FAIL("the header is not valid JSON (error near byte %llu of %llu)", (unsigned long long)at, (unsigned long long)length);
+        FAIL("the header is not valid JSON (error near byte %llu of %llu)", (unsigned long long)at,
+             (unsigned long long)length);
     }
     for (; end < json + length; end++) /* writers pad the header with spaces */
         if (*end != ' ' && *end != '\n' && *end != '\t' && *end != '\r') {
             tg_st_header_release(h);
-            FAIL("the header has bytes after its JSON object (at byte %llu of %llu)",
-                 (unsigned long long)(end - json), (unsigned long long)length);
+            FAIL("the header has bytes after its JSON object (at byte %llu of %llu)", (unsigned long long)(end - json),
+                 (unsigned long long)length);
         }
     if (!cJSON_IsObject(h->root)) {
         tg_st_header_release(h);

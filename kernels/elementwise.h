@@ -39,14 +39,14 @@ typedef tg_status (*tg_unary_bwd_kernel)(tg_unary_op op, double param, const tg_
 typedef tg_status (*tg_binary_fwd_kernel)(tg_binary_op op, const tg_tensor *a, const tg_tensor *b, tg_tensor *out);
 
 tg_status tg_cpu_unary_fwd(tg_unary_op op, double param, const tg_tensor *x, tg_tensor *y);
-tg_status tg_cpu_unary_bwd(tg_unary_op op, double param, const tg_tensor *x, const tg_tensor *y,
-                           const tg_tensor *dy, tg_tensor *dx);
+tg_status tg_cpu_unary_bwd(tg_unary_op op, double param, const tg_tensor *x, const tg_tensor *y, const tg_tensor *dy,
+                           tg_tensor *dx);
 tg_status tg_cpu_binary_fwd(tg_binary_op op, const tg_tensor *a, const tg_tensor *b, tg_tensor *out);
 
 /* The same on CUDA (kernels/cuda/elementwise.cu). */
 tg_status tg_cuda_unary_fwd(tg_unary_op op, double param, const tg_tensor *x, tg_tensor *y);
-tg_status tg_cuda_unary_bwd(tg_unary_op op, double param, const tg_tensor *x, const tg_tensor *y,
-                            const tg_tensor *dy, tg_tensor *dx);
+tg_status tg_cuda_unary_bwd(tg_unary_op op, double param, const tg_tensor *x, const tg_tensor *y, const tg_tensor *dy,
+                            tg_tensor *dx);
 tg_status tg_cuda_binary_fwd(tg_binary_op op, const tg_tensor *a, const tg_tensor *b, tg_tensor *out);
 
 #ifdef __cplusplus

@@ -26,8 +26,8 @@ typedef tg_status (*tg_cross_entropy_fwd_kernel)(const tg_tensor *logits, const 
 /* dlogits (contiguous) = dloss[0] · (softmax(row) − one_hot(target)) / count[0], and 0 on
  * rows whose target is ignore_index; count is the forward's. */
 typedef tg_status (*tg_cross_entropy_bwd_kernel)(const tg_tensor *logits, const tg_tensor *targets,
-                                                 int32_t ignore_index, const tg_tensor *count,
-                                                 const tg_tensor *dloss, tg_tensor *dlogits);
+                                                 int32_t ignore_index, const tg_tensor *count, const tg_tensor *dloss,
+                                                 tg_tensor *dlogits);
 
 /* counts[0] += the rows whose arg-max is their target, counts[1] += the rows whose target
  * is not ignore_index (counts: a (2) f64 tensor holding zeros on entry). */
@@ -48,8 +48,8 @@ tg_status tg_cpu_count_correct(const tg_tensor *logits, const tg_tensor *targets
 tg_status tg_cuda_count_correct(const tg_tensor *logits, const tg_tensor *targets, int32_t ignore_index,
                                 tg_tensor *counts);
 
-tg_status tg_cpu_cross_entropy_check(const tg_tensor *targets, int32_t ignore_index, int64_t classes,
-                                     int64_t *n_valid, int64_t *bad_index, int32_t *bad_value);
+tg_status tg_cpu_cross_entropy_check(const tg_tensor *targets, int32_t ignore_index, int64_t classes, int64_t *n_valid,
+                                     int64_t *bad_index, int32_t *bad_value);
 tg_status tg_cpu_cross_entropy_fwd(const tg_tensor *logits, const tg_tensor *targets, int32_t ignore_index,
                                    tg_tensor *loss, tg_tensor *count);
 tg_status tg_cpu_cross_entropy_bwd(const tg_tensor *logits, const tg_tensor *targets, int32_t ignore_index,
@@ -58,8 +58,8 @@ tg_status tg_cpu_cross_entropy_bwd(const tg_tensor *logits, const tg_tensor *tar
 /* The same on CUDA tensors (kernels/cuda/loss.cu). Outside a capture the check copies its
  * two results to the host, so it waits for the queued work; the forward and backward
  * never wait (the count stays on the device). */
-tg_status tg_cuda_cross_entropy_check(const tg_tensor *targets, int32_t ignore_index, int64_t classes,
-                                      int64_t *n_valid, int64_t *bad_index, int32_t *bad_value);
+tg_status tg_cuda_cross_entropy_check(const tg_tensor *targets, int32_t ignore_index, int64_t classes, int64_t *n_valid,
+                                      int64_t *bad_index, int32_t *bad_value);
 tg_status tg_cuda_cross_entropy_fwd(const tg_tensor *logits, const tg_tensor *targets, int32_t ignore_index,
                                     tg_tensor *loss, tg_tensor *count);
 tg_status tg_cuda_cross_entropy_bwd(const tg_tensor *logits, const tg_tensor *targets, int32_t ignore_index,

@@ -16,12 +16,10 @@ extern "C" {
 typedef tg_status (*tg_matmul_kernel)(const tg_tensor *a, const tg_tensor *b, bool transpose_a, bool transpose_b,
                                       tg_tensor *out);
 
-tg_status tg_cpu_matmul(const tg_tensor *a, const tg_tensor *b, bool transpose_a, bool transpose_b,
-                        tg_tensor *out);
+tg_status tg_cpu_matmul(const tg_tensor *a, const tg_tensor *b, bool transpose_a, bool transpose_b, tg_tensor *out);
 
 /* The same on CUDA tensors through cuBLAS (kernels/cuda/matmul.cu). */
-tg_status tg_cuda_matmul(const tg_tensor *a, const tg_tensor *b, bool transpose_a, bool transpose_b,
-                         tg_tensor *out);
+tg_status tg_cuda_matmul(const tg_tensor *a, const tg_tensor *b, bool transpose_a, bool transpose_b, tg_tensor *out);
 
 #ifdef __cplusplus
 }

@@ -19,8 +19,8 @@ typedef tg_status (*tg_rmsnorm_fwd_kernel)(const tg_tensor *x, const tg_tensor *
  * added to dx before dx is rounded: the gradient that reaches a fused add's sum directly.
  * dw is summed over blocks of 64 rows in row order, then over the blocks in order (the
  * same bits for any thread count). */
-typedef tg_status (*tg_rmsnorm_bwd_kernel)(const tg_tensor *x, const tg_tensor *weight, double eps,
-                                           const tg_tensor *dy, const tg_tensor *dsum, tg_tensor *dx, tg_tensor *dw);
+typedef tg_status (*tg_rmsnorm_bwd_kernel)(const tg_tensor *x, const tg_tensor *weight, double eps, const tg_tensor *dy,
+                                           const tg_tensor *dsum, tg_tensor *dx, tg_tensor *dw);
 
 tg_status tg_cpu_rmsnorm_fwd(const tg_tensor *x, const tg_tensor *residual, const tg_tensor *weight, double eps,
                              tg_tensor *y, tg_tensor *sum);

@@ -46,14 +46,14 @@ typedef struct {
     double lr_scale[TG_OPTIM_MAX_GROUPS];
     double weight_decay[TG_OPTIM_MAX_GROUPS];
     /* counters */
-    int64_t step;      /* updates made: the next one is t = step + 1 */
-    int64_t skipped;   /* steps that changed nothing (a norm that was not finite, a bad input) */
-    double last_norm;  /* the norm the last step measured, NaN without clipping */
+    int64_t step;     /* updates made: the next one is t = step + 1 */
+    int64_t skipped;  /* steps that changed nothing (a norm that was not finite, a bad input) */
+    double last_norm; /* the norm the last step measured, NaN without clipping */
     /* the step being taken */
     double grad_scale; /* 1/micro-batches · the clip factor */
     double lr[TG_OPTIM_MAX_GROUPS];
     double bias_correction1, bias_correction2; /* AdamW: 1 − β^t */
-    int32_t skip;      /* nonzero: the update changes nothing */
+    int32_t skip;                              /* nonzero: the update changes nothing */
 } tg_optim_scalars;
 
 /* The schedule's factor at `step` (tg_schedule_factor, for a schedule already checked). */
@@ -86,8 +86,10 @@ static inline TG_HOST_DEVICE void tg_optim_prepare(tg_optim_scalars *s, double s
     s->bias_correction1 = 1.0 - pow(s->beta1, t);
     s->bias_correction2 = 1.0 - pow(s->beta2, t);
     for (int g = 0; g < n_groups; g++) s->lr[g] = s->base_lr * factor * s->lr_scale[g];
-    if (s->skip) s->skipped++;
-    else s->step++;
+    if (s->skip)
+        s->skipped++;
+    else
+        s->step++;
 }
 
 /* The buffers of one update, and its scalars (on the buffers' device). param and grad

@@ -28,7 +28,7 @@ typedef struct {
     const tg_tensor *delta_bias;    /* (D) or NULL */
     const tg_tensor *initial_state; /* (B, D, N) or NULL for zeros */
     bool delta_softplus;
-    int64_t chunk;                  /* ≥ 1 */
+    int64_t chunk; /* ≥ 1 */
 } tg_scan_args;
 
 /* The gradients the backward fills; any may be NULL when not wanted. */
@@ -44,8 +44,8 @@ typedef tg_status (*tg_scan_fwd_kernel)(const tg_scan_args *args, tg_tensor *out
 /* Gradients from dout (or NULL: zeros) and dfinal (or NULL: zeros), given the forward's
  * chunk_states. Sums over b and t (dA, dDv, ddelta_bias) and over d (dBm, dCm) run in a
  * fixed order, so results are bitwise reproducible. */
-typedef tg_status (*tg_scan_bwd_kernel)(const tg_scan_args *args, const tg_tensor *chunk_states,
-                                        const tg_tensor *dout, const tg_tensor *dfinal, const tg_scan_grads *grads);
+typedef tg_status (*tg_scan_bwd_kernel)(const tg_scan_args *args, const tg_tensor *chunk_states, const tg_tensor *dout,
+                                        const tg_tensor *dfinal, const tg_scan_grads *grads);
 
 /* The CPU kernels: f64 in double (kernels/cpu/scan.c, the reference); f32, bf16 and f16
  * in float32 maths, vectorised over the state (kernels/cpu/scan_float.c, which the first

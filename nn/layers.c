@@ -23,8 +23,8 @@ static bool param_name(const char *fn, const char *prefix, const char *suffix, c
 {
     int n = snprintf(name, TG_NN_NAME_MAX, "%s%s%s", prefix, *prefix ? "." : "", suffix);
     if (n >= 0 && n < TG_NN_NAME_MAX) return true;
-    tg_set_error(TG_ERR_INVALID, "%s: prefix '%s': the parameter name '%s.%s' is longer than %d characters", fn, prefix, prefix,
-                 suffix, TG_NN_NAME_MAX - 1);
+    tg_set_error(TG_ERR_INVALID, "%s: prefix '%s': the parameter name '%s.%s' is longer than %d characters", fn, prefix,
+                 prefix, suffix, TG_NN_NAME_MAX - 1);
     return false;
 }
 
@@ -202,8 +202,8 @@ tg_tensor *tg_nn_linear_forward(tg_tape *tape, const tg_nn_linear *layer, tg_ten
 
 /* ---- Embedding -------------------------------------------------------------------------------- */
 
-tg_status tg_nn_embedding_init(tg_nn_embedding *layer, tg_params *params, const char *prefix,
-                               int64_t num_embeddings, int64_t dim, double std, tg_dtype dtype, tg_rng *rng)
+tg_status tg_nn_embedding_init(tg_nn_embedding *layer, tg_params *params, const char *prefix, int64_t num_embeddings,
+                               int64_t dim, double std, tg_dtype dtype, tg_rng *rng)
 {
     const char *fn = "tg_nn_embedding_init";
     if (!check_init(fn, layer, params, prefix, "num_embeddings", num_embeddings, "dim", dim)) return TG_ERR_INVALID;

@@ -75,9 +75,11 @@ static bool sizes_fit(const char *fn, const tg_mamba_config *c)
     double per_layer = e * n + e + 2 * e * d + e * k + e + (r + 2 * n) * e + e * r + e + d * e + d;
     double total = v * d + (double)c->n_layer * per_layer + d;
     if (total < 0x1p62) return true;
-    tg_set_error(TG_ERR_OVERFLOW, "%s: config sizes are too large: about %.3g parameters (vocab_size %lld, d_model "
-                 "%lld, n_layer %lld, expand %lld, d_state %lld)", fn, total, (long long)c->vocab_size,
-                 (long long)c->d_model, (long long)c->n_layer, (long long)c->expand, (long long)c->d_state);
+    tg_set_error(TG_ERR_OVERFLOW,
+                 "%s: config sizes are too large: about %.3g parameters (vocab_size %lld, d_model "
+                 "%lld, n_layer %lld, expand %lld, d_state %lld)",
+                 fn, total, (long long)c->vocab_size, (long long)c->d_model, (long long)c->n_layer,
+                 (long long)c->expand, (long long)c->d_state);
     return false;
 }
 
@@ -98,8 +100,10 @@ static tg_status resolve(const char *fn, const tg_mamba_config *config, tg_mamba
         return tg_set_error(TG_ERR_DTYPE, "%s: config dtype must be a float dtype (f32, f64, bf16 or f16), not %s", fn,
                             (int)c.dtype >= 0 && c.dtype < TG_DTYPE_COUNT ? tg_dtype_name(c.dtype) : "unknown");
     if ((int)c.activations < TG_ACTIVATIONS_AUTO || c.activations > TG_ACTIVATIONS_KEEP)
-        return tg_set_error(TG_ERR_INVALID, "%s: config activations must be TG_ACTIVATIONS_AUTO, _RECOMPUTE or "
-                            "_KEEP (got %d)", fn, (int)c.activations);
+        return tg_set_error(TG_ERR_INVALID,
+                            "%s: config activations must be TG_ACTIVATIONS_AUTO, _RECOMPUTE or "
+                            "_KEEP (got %d)",
+                            fn, (int)c.activations);
     if (c.dt_min > c.dt_max)
         return tg_set_error(TG_ERR_INVALID, "%s: config dt_min (%g) must not exceed dt_max (%g)", fn, c.dt_min,
                             c.dt_max);
@@ -211,11 +215,17 @@ tg_status tg_mamba_mixer_init(tg_mamba_mixer *mixer, tg_params *params, const ch
     tg_mamba_config c;
     if (!mixer || !params || !prefix || !rng)
         return tg_set_error(TG_ERR_INVALID, "%s: %s is NULL", fn,
-                            !mixer ? "mixer" : !params ? "params" : !prefix ? "prefix" : "rng");
+                            !mixer    ? "mixer"
+                            : !params ? "params"
+                            : !prefix ? "prefix"
+                                      : "rng");
     tg_status status = resolve(fn, config, &c);
     if (status != TG_OK) return status;
-    static const char *const names[] = {"A_log", "D", "in_proj.weight", "conv1d.weight", "conv1d.bias",
-                                        "x_proj.weight", "dt_proj.weight", "dt_proj.bias", "out_proj.weight"};
+    static const char *const names[] = {"A_log",          "D",
+                                        "in_proj.weight", "conv1d.weight",
+                                        "conv1d.bias",    "x_proj.weight",
+                                        "dt_proj.weight", "dt_proj.bias",
+                                        "out_proj.weight"};
     if (!tg_nn_check_new_params(fn, params, prefix, c.dtype, names, (int)(sizeof names / sizeof names[0])))
         return TG_ERR_INVALID;
     return mixer_init(fn, mixer, params, prefix, &c, rng);
@@ -279,16 +289,16 @@ static tg_tensor *mixer_run(tg_tape *tape, const tg_mamba_mixer *m, tg_tensor *x
     if (!A) return NULL;
 
     *where = "selective scan"; /* y = (scan + D·u) · silu(z) */
-    tg_selective_scan_options scan = {m->D, xz_parts[1], m->dt_proj.bias, true, initial ? initial->ssm : NULL,
-                                      final ? &final->ssm : NULL, m->scan_chunk};
+    tg_selective_scan_options scan = {
+        m->D,         xz_parts[1], m->dt_proj.bias, true, initial ? initial->ssm : NULL, final ? &final->ssm : NULL,
+        m->scan_chunk};
     tg_tensor *y = tg_selective_scan(tape, u, delta, A, x_dbl_parts[1], x_dbl_parts[2], &scan);
     if (!y) return NULL;
 
     *where = "giving back u and delta until the backward";
     mixer_recompute again = {m, xz_parts[0], conv_weight, conv.initial_states, x_dbl_parts[0]};
-    if (recomputes(m, x) &&
-        tg_recompute_in_backward(tape, 2, (tg_tensor *[]){u, delta}, recompute_u_and_delta, &again, sizeof again) !=
-            TG_OK)
+    if (recomputes(m, x) && tg_recompute_in_backward(tape, 2, (tg_tensor *[]){u, delta}, recompute_u_and_delta, &again,
+                                                     sizeof again) != TG_OK)
         return NULL;
 
     *where = "out_proj"; /* yᵀ (L, E) times Wᵀ (E, D) per batch: back to (B, L, D) */
@@ -297,8 +307,8 @@ static tg_tensor *mixer_run(tg_tape *tape, const tg_mamba_mixer *m, tg_tensor *x
 
 /* One part of an initial state: absent, or a float tensor of the mixer's dtype and device
  * with the given shape (B, d_inner, width). */
-static bool check_state_part(const char *fn, const char *name, const tg_tensor *part, const tg_tensor *like,
-                             int64_t B, int64_t d_inner, int64_t width)
+static bool check_state_part(const char *fn, const char *name, const tg_tensor *part, const tg_tensor *like, int64_t B,
+                             int64_t d_inner, int64_t width)
 {
     if (!part) return true;
     if (!tg_check_float(fn, name, part) || !tg_check_same_kind(fn, name, part, "the mixer's parameters", like))
@@ -414,8 +424,8 @@ static tg_status model_init(const char *fn, tg_mamba *model, tg_params *params, 
 {
     const tg_mamba_config *c = &model->config;
     char prefix[TG_NN_NAME_MAX];
-    tg_status status = tg_nn_embedding_init(&model->embedding, params, "backbone.embedding", c->vocab_size,
-                                            c->d_model, c->embedding_std, c->dtype, rng);
+    tg_status status = tg_nn_embedding_init(&model->embedding, params, "backbone.embedding", c->vocab_size, c->d_model,
+                                            c->embedding_std, c->dtype, rng);
     for (int64_t i = 0; status == TG_OK && i < c->n_layer; i++) {
         snprintf(prefix, sizeof prefix, "backbone.layers.%lld.mixer", (long long)i);
         status = mixer_init(fn, &model->layers[i].mixer, params, prefix, c, rng);
@@ -513,8 +523,7 @@ static tg_tensor *model_run(tg_tape *tape, const tg_mamba *model, tg_tensor *ids
         snprintf(where, where_size, "layer %lld residual and the next norm", (long long)i);
         normed = tg_add_rmsnorm(tape, h, mixed, next->weight, next->eps, &h);
         /* the norm's backward reads the sum h, not the mixer's output */
-        if (normed && recomputes(&model->layers[i].mixer, mixed) && tg_give_back(tape, 1, &mixed) != TG_OK)
-            return NULL;
+        if (normed && recomputes(&model->layers[i].mixer, mixed) && tg_give_back(tape, 1, &mixed) != TG_OK) return NULL;
     }
     if (!normed) return NULL;
     snprintf(where, where_size, "lm_head (tied to the embedding)");
@@ -547,8 +556,7 @@ tg_tensor *tg_mamba_forward(tg_tape *tape, const tg_mamba *model, tg_tensor *ids
     return logits;
 }
 
-tg_tensor *tg_mamba_loss(tg_tape *tape, const tg_mamba *model, tg_tensor *ids, tg_tensor *targets,
-                         int32_t ignore_index)
+tg_tensor *tg_mamba_loss(tg_tape *tape, const tg_mamba *model, tg_tensor *ids, tg_tensor *targets, int32_t ignore_index)
 {
     const char *fn = "tg_mamba_loss";
     if (!check_forward(fn, tape, model, ids)) return NULL;

@@ -45,7 +45,10 @@ static tg_tensor *unary(tg_tape *tape, const char *name, tg_unary_op op, double 
     return y;
 }
 
-tg_tensor *tg_scale(tg_tape *tape, tg_tensor *x, double factor) { return unary(tape, "tg_scale", TG_UNARY_SCALE, factor, x); }
+tg_tensor *tg_scale(tg_tape *tape, tg_tensor *x, double factor)
+{
+    return unary(tape, "tg_scale", TG_UNARY_SCALE, factor, x);
+}
 tg_tensor *tg_neg(tg_tape *tape, tg_tensor *x) { return unary(tape, "tg_neg", TG_UNARY_NEG, 0, x); }
 tg_tensor *tg_exp(tg_tape *tape, tg_tensor *x) { return unary(tape, "tg_exp", TG_UNARY_EXP, 0, x); }
 tg_tensor *tg_log(tg_tape *tape, tg_tensor *x) { return unary(tape, "tg_log", TG_UNARY_LOG, 0, x); }
@@ -76,8 +79,14 @@ static tg_status binary_backward(tg_node *node, tg_tensor *const *dy, tg_tensor 
     tg_tensor *a = node->inputs[0], *b = node->inputs[1], *g = dy[0];
     tg_tensor *da = NULL, *db = NULL;
     switch (ctx->op) {
-    case TG_BINARY_ADD: da = g; db = g; break;
-    case TG_BINARY_SUB: da = g; db = tg_neg(tape, g); break;
+    case TG_BINARY_ADD:
+        da = g;
+        db = g;
+        break;
+    case TG_BINARY_SUB:
+        da = g;
+        db = tg_neg(tape, g);
+        break;
     case TG_BINARY_MUL:
         if (tg_node_needs_grad(node, 0)) da = tg_mul(tape, g, b);
         if (tg_node_needs_grad(node, 1)) db = tg_mul(tape, g, a);

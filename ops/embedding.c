@@ -41,7 +41,8 @@ static bool check_embedding(const tg_tape *tape, const tg_tensor *table, const t
         !tg_check_ndim(op, "table", table, 2))
         return false;
     if (ids->dtype != TG_I32) return reject(TG_ERR_DTYPE, table, ids, "ids must be i32 token ids");
-    if (ids->device != table->device) return reject(TG_ERR_DEVICE, table, ids, "table and ids are on different devices");
+    if (ids->device != table->device)
+        return reject(TG_ERR_DEVICE, table, ids, "table and ids are on different devices");
     if (!tg_check_device_usable(op, "table", table)) return false;
     if (ids->ndim >= TG_MAX_DIMS)
         return reject(TG_ERR_INVALID, table, ids, "ids has too many dimensions: the result adds one to them");
@@ -81,8 +82,7 @@ tg_tensor *tg_embedding(tg_tape *tape, tg_tensor *table, tg_tensor *ids)
     if (!check_embedding(tape, table, ids, shape) || !check_ids(table, ids)) return NULL;
     tg_tape_mark mark = tg_tape_get_mark(tape);
     tg_tensor *out = tg_empty(tape, table->dtype, table->device, ids->ndim + 1, shape);
-    if (!out || TG_DISPATCH(op, embedding_fwd, table->device, table, ids, out) != TG_OK)
-        return tg_op_fail(tape, mark);
+    if (!out || TG_DISPATCH(op, embedding_fwd, table->device, table, ids, out) != TG_OK) return tg_op_fail(tape, mark);
     tg_tensor *inputs[2] = {table, ids};
     tg_op_record record = {op, embedding_backward, inputs, 2, &out, 1, NULL, 0};
     if (tg_record(tape, &record) != TG_OK) return tg_op_fail(tape, mark);

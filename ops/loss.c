@@ -46,8 +46,8 @@ static bool targets_fit(const tg_tensor *logits, const tg_tensor *targets)
 
 static bool check_cross_entropy(const char *op, tg_tape *tape, tg_tensor *logits, tg_tensor *targets)
 {
-    if (!tg_check_tape(op, tape) || !tg_check_float(op, "logits", logits) ||
-        !tg_check_tensor(op, "targets", targets) || !tg_check_device_usable(op, "logits", logits))
+    if (!tg_check_tape(op, tape) || !tg_check_float(op, "logits", logits) || !tg_check_tensor(op, "targets", targets) ||
+        !tg_check_device_usable(op, "logits", logits))
         return false;
     const char *names[2] = {"logits", "targets"};
     const tg_tensor *tensors[2] = {logits, targets};
@@ -63,8 +63,10 @@ static bool check_cross_entropy(const char *op, tg_tape *tape, tg_tensor *logits
     if (!targets_fit(logits, targets)) {
         const int64_t one_row[1] = {1};
         char shape[128];
-        if (logits->ndim > 1) tg_shape_str(logits->ndim - 1, logits->shape, shape, sizeof shape);
-        else tg_shape_str(1, one_row, shape, sizeof shape);
+        if (logits->ndim > 1)
+            tg_shape_str(logits->ndim - 1, logits->shape, shape, sizeof shape);
+        else
+            tg_shape_str(1, one_row, shape, sizeof shape);
         tg_error_tensors(TG_ERR_INVALID, 2, names, tensors, "%s: targets must have logits' leading shape %s", op,
                          shape);
         return false;
@@ -82,8 +84,8 @@ static bool check_targets(const char *op, const tg_tensor *logits, const tg_tens
 {
     int64_t classes = logits->shape[logits->ndim - 1], bad_index = -1, n_valid = 0;
     int32_t bad_value = 0;
-    if (TG_DISPATCH(op, ce_check, targets->device, targets, ignore_index, classes, &n_valid, &bad_index,
-                    &bad_value) != TG_OK)
+    if (TG_DISPATCH(op, ce_check, targets->device, targets, ignore_index, classes, &n_valid, &bad_index, &bad_value) !=
+        TG_OK)
         return false;
     if (bad_index < 0) return true;
     int64_t position[TG_MAX_DIMS]; /* the multi-index of the flat row-major bad_index */

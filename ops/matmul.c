@@ -55,8 +55,10 @@ static bool batch_merges(const tg_tensor *t, int axis, int64_t *size, int64_t *s
     for (int k = n_batch; k >= 0; k--) {
         int d = k == n_batch ? axis : k;
         if (t->shape[d] == 1) continue;
-        if (!found) *stride = t->strides[d];
-        else if (tg_mul_overflows(*stride, span, &expected) || t->strides[d] != expected) return false;
+        if (!found)
+            *stride = t->strides[d];
+        else if (tg_mul_overflows(*stride, span, &expected) || t->strides[d] != expected)
+            return false;
         found = true;
         span *= t->shape[d];
     }
@@ -117,7 +119,8 @@ static bool check_shapes(const tg_tensor *a, const tg_tensor *b, bool ta, bool t
         (batch_a != batch_b || memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)batch_a) != 0)) {
         tg_error_tensors(TG_ERR_INVALID, 2, names, tensors,
                          "%s: the batch dimensions of a and b differ (they must be equal, or one of a and b must "
-                         "be a 2-D matrix shared by every batch)", op);
+                         "be a 2-D matrix shared by every batch)",
+                         op);
         return false;
     }
     int64_t m = a->shape[a->ndim - (ta ? 1 : 2)], k_a = a->shape[a->ndim - (ta ? 2 : 1)];
@@ -125,8 +128,9 @@ static bool check_shapes(const tg_tensor *a, const tg_tensor *b, bool ta, bool t
     if (k_a != k_b) {
         tg_error_tensors(TG_ERR_INVALID, 2, names, tensors,
                          "%s: inner dimensions differ: op(a) is M x K = %lld x %lld but op(b) is K x N = %lld x %lld "
-                         "(transpose_a %s, transpose_b %s)", op, (long long)m, (long long)k_a, (long long)k_b,
-                         (long long)n, ta ? "true" : "false", tb ? "true" : "false");
+                         "(transpose_a %s, transpose_b %s)",
+                         op, (long long)m, (long long)k_a, (long long)k_b, (long long)n, ta ? "true" : "false",
+                         tb ? "true" : "false");
         return false;
     }
     if (m > INT_MAX || n > INT_MAX || k_a > INT_MAX) {
@@ -143,8 +147,8 @@ static bool check_shapes(const tg_tensor *a, const tg_tensor *b, bool ta, bool t
     int64_t numel, bytes;
     if (!tg_shape_numel(*ndim, shape, &numel) || tg_mul_overflows(numel, (int64_t)tg_dtype_size(a->dtype), &bytes)) {
         char text[128];
-        tg_error_tensors(TG_ERR_OVERFLOW, 2, names, tensors, "%s: the result %s is too large (its size overflows)",
-                         op, tg_shape_str(*ndim, shape, text, sizeof text));
+        tg_error_tensors(TG_ERR_OVERFLOW, 2, names, tensors, "%s: the result %s is too large (its size overflows)", op,
+                         tg_shape_str(*ndim, shape, text, sizeof text));
         return false;
     }
     return true;

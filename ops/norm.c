@@ -95,7 +95,8 @@ static tg_status add_rmsnorm_backward(tg_node *node, tg_tensor *const *dy, tg_te
         int first = tg_node_needs_grad(node, 0) ? 0 : 1;
         if (want_sum && !(dsum = tg_node_grad_buffer(node, first))) return TG_ERR_NOMEM;
         if (tg_node_needs_grad(node, 2) && !(dx[2] = tg_empty_like(node->tape, weight))) return TG_ERR_NOMEM;
-        tg_status status = TG_DISPATCH(node->op, rmsnorm_bwd, sum->device, sum, weight, ctx->eps, dy[0], dy[1], dsum, dx[2]);
+        tg_status status =
+            TG_DISPATCH(node->op, rmsnorm_bwd, sum->device, sum, weight, ctx->eps, dy[0], dy[1], dsum, dx[2]);
         if (status != TG_OK) return status;
     }
     dx[0] = dx[1] = dsum;

@@ -52,8 +52,10 @@ static tg_tensor *reduce(tg_tape *tape, const char *name, tg_tensor *x, int axis
     int64_t shape[TG_MAX_DIMS] = {1};
     int ndim = 0;
     for (int i = 0; !all && i < x->ndim; i++) {
-        if (i != axis) shape[ndim++] = x->shape[i];
-        else if (keepdim) shape[ndim++] = 1;
+        if (i != axis)
+            shape[ndim++] = x->shape[i];
+        else if (keepdim)
+            shape[ndim++] = 1;
     }
     if (ndim == 0) ndim = 1, shape[0] = 1;
     tg_tape_mark mark = tg_tape_get_mark(tape);
@@ -66,7 +68,13 @@ static tg_tensor *reduce(tg_tape *tape, const char *name, tg_tensor *x, int axis
     return out;
 }
 
-tg_tensor *tg_sum(tg_tape *tape, tg_tensor *x, int axis, bool keepdim) { return reduce(tape, "tg_sum", x, axis, keepdim, false, false); }
-tg_tensor *tg_mean(tg_tape *tape, tg_tensor *x, int axis, bool keepdim) { return reduce(tape, "tg_mean", x, axis, keepdim, false, true); }
+tg_tensor *tg_sum(tg_tape *tape, tg_tensor *x, int axis, bool keepdim)
+{
+    return reduce(tape, "tg_sum", x, axis, keepdim, false, false);
+}
+tg_tensor *tg_mean(tg_tape *tape, tg_tensor *x, int axis, bool keepdim)
+{
+    return reduce(tape, "tg_mean", x, axis, keepdim, false, true);
+}
 tg_tensor *tg_sum_all(tg_tape *tape, tg_tensor *x) { return reduce(tape, "tg_sum_all", x, 0, false, true, false); }
 tg_tensor *tg_mean_all(tg_tape *tape, tg_tensor *x) { return reduce(tape, "tg_mean_all", x, 0, false, true, true); }

@@ -55,8 +55,8 @@ static tg_scan_args args_of(const tg_node *node)
 {
     const scan_ctx *ctx = node->ctx;
     tg_tensor *const *in = node->inputs;
-    return (tg_scan_args){in[IN_U], in[IN_DELTA], in[IN_A], in[IN_BM], in[IN_CM], in[IN_DV], in[IN_Z],
-                          in[IN_DELTA_BIAS], in[IN_INITIAL], ctx->delta_softplus, ctx->chunk};
+    return (tg_scan_args){in[IN_U], in[IN_DELTA],      in[IN_A],       in[IN_BM],           in[IN_CM], in[IN_DV],
+                          in[IN_Z], in[IN_DELTA_BIAS], in[IN_INITIAL], ctx->delta_softplus, ctx->chunk};
 }
 
 /* A gradient buffer for input i, or NULL when input i needs none. */
@@ -75,7 +75,7 @@ static tg_status scan_backward(tg_node *node, tg_tensor *const *dy, tg_tensor **
     if (failed) return TG_ERR_NOMEM;
     const scan_ctx *ctx = node->ctx;
     tg_scan_args args = args_of(node);
-    tg_scan_grads grads = {dx[IN_U],  dx[IN_DELTA], dx[IN_A], dx[IN_BM], dx[IN_CM],
+    tg_scan_grads grads = {dx[IN_U],  dx[IN_DELTA], dx[IN_A],          dx[IN_BM],     dx[IN_CM],
                            dx[IN_DV], dx[IN_Z],     dx[IN_DELTA_BIAS], dx[IN_INITIAL]};
     const tg_tensor *dfinal = node->n_outputs > 1 ? dy[1] : NULL;
     return TG_DISPATCH(OP, scan_bwd, args.u->device, &args, ctx->chunk_states, dy[0], dfinal, &grads);
@@ -166,8 +166,8 @@ static tg_tensor *alloc_chunk_states(tg_tape *tape, const tg_tensor *u, const tg
     return tg_empty(tape, u->dtype == TG_F64 ? TG_F64 : TG_F32, u->device, 4, shape);
 }
 
-tg_tensor *tg_selective_scan(tg_tape *tape, tg_tensor *u, tg_tensor *delta, tg_tensor *A, tg_tensor *Bm,
-                             tg_tensor *Cm, const tg_selective_scan_options *options)
+tg_tensor *tg_selective_scan(tg_tape *tape, tg_tensor *u, tg_tensor *delta, tg_tensor *A, tg_tensor *Bm, tg_tensor *Cm,
+                             const tg_selective_scan_options *options)
 {
     const tg_selective_scan_options none = {0};
     const tg_selective_scan_options *opt = options ? options : &none;
@@ -184,8 +184,8 @@ tg_tensor *tg_selective_scan(tg_tape *tape, tg_tensor *u, tg_tensor *delta, tg_t
     }
     if (will_record(tape, inputs) && !(chunk_states = alloc_chunk_states(tape, u, A, chunk)))
         return tg_op_fail(tape, mark);
-    tg_scan_args args = {u, delta, A, Bm, Cm, opt->Dv, opt->z, opt->delta_bias, opt->initial_state,
-                         opt->delta_softplus, chunk};
+    tg_scan_args args = {
+        u, delta, A, Bm, Cm, opt->Dv, opt->z, opt->delta_bias, opt->initial_state, opt->delta_softplus, chunk};
     if (TG_DISPATCH(OP, scan_fwd, u->device, &args, out, final_state, chunk_states) != TG_OK)
         return tg_op_fail(tape, mark);
 

@@ -82,8 +82,8 @@ static tg_tensor *record_unary(tg_tape *tape, const char *op, tg_backward_fn bac
 static bool resolve_shape(const char *op, const tg_tensor *x, int ndim, const int64_t *shape, int64_t *out)
 {
     if (ndim < 1 || ndim > TG_MAX_DIMS || !shape) {
-        fail_on(TG_ERR_INVALID, x, "%s: the new shape needs 1..%d dimensions (got ndim %d%s)", op, TG_MAX_DIMS,
-                ndim, shape ? "" : " and a NULL shape");
+        fail_on(TG_ERR_INVALID, x, "%s: the new shape needs 1..%d dimensions (got ndim %d%s)", op, TG_MAX_DIMS, ndim,
+                shape ? "" : " and a NULL shape");
         return false;
     }
     char text[160];
@@ -183,11 +183,12 @@ static bool check_perm(const char *op, const tg_tensor *x, const int *perm)
     bool valid = true;
     for (int i = 0; i < x->ndim; i++) {
         used += snprintf(text + used, sizeof text - (size_t)used, "%s%d", i ? ", " : "", perm[i]);
-        if (perm[i] < 0 || perm[i] >= x->ndim || seen[perm[i]]) valid = false;
-        else seen[perm[i]] = true;
+        if (perm[i] < 0 || perm[i] >= x->ndim || seen[perm[i]])
+            valid = false;
+        else
+            seen[perm[i]] = true;
     }
-    if (!valid)
-        fail_on(TG_ERR_INVALID, x, "%s: perm [%s] is not a permutation of 0..%d", op, text, x->ndim - 1);
+    if (!valid) fail_on(TG_ERR_INVALID, x, "%s: perm [%s] is not a permutation of 0..%d", op, text, x->ndim - 1);
     return valid;
 }
 
@@ -297,8 +298,7 @@ static bool check_concat_shapes(const char *op, tg_tensor *const *xs, int n, int
         snprintf(name, sizeof name, "xs[%d]", i);
         const char *names[2] = {"xs[0]", name};
         const tg_tensor *tensors[2] = {xs[0], xs[i]};
-        tg_error_tensors(TG_ERR_INVALID, 2, names, tensors, "%s: %s and xs[0] differ outside axis %d", op, name,
-                         axis);
+        tg_error_tensors(TG_ERR_INVALID, 2, names, tensors, "%s: %s and xs[0] differ outside axis %d", op, name, axis);
         return false;
     }
     return true;
@@ -306,8 +306,7 @@ static bool check_concat_shapes(const char *op, tg_tensor *const *xs, int n, int
 
 /* Tape, pointers, dtypes, devices, axis (normalised in place), shapes; the result's
  * shape goes to shape. */
-static bool check_concat(const char *op, const tg_tape *tape, tg_tensor *const *xs, int n, int *axis,
-                         int64_t *shape)
+static bool check_concat(const char *op, const tg_tape *tape, tg_tensor *const *xs, int n, int *axis, int64_t *shape)
 {
     if (!tg_check_tape(op, tape)) return false;
     if (!xs || n < 1) {
@@ -317,8 +316,7 @@ static bool check_concat(const char *op, const tg_tape *tape, tg_tensor *const *
     char name[32];
     for (int i = 0; i < n; i++) {
         snprintf(name, sizeof name, "xs[%d]", i);
-        if (!tg_check_tensor(op, name, xs[i]) || !tg_check_same_kind(op, "xs[0]", xs[0], name, xs[i]))
-            return false;
+        if (!tg_check_tensor(op, name, xs[i]) || !tg_check_same_kind(op, "xs[0]", xs[0], name, xs[i])) return false;
     }
     if (!tg_check_device_usable(op, "xs[0]", xs[0]) || !tg_check_axis(op, xs[0], axis) ||
         !check_concat_shapes(op, xs, n, *axis))
@@ -369,8 +367,8 @@ static tg_status check_split_sizes(const char *op, const tg_tensor *x, int axis,
         if (sizes[i] < 0)
             return fail_on(TG_ERR_INVALID, x, "%s: sizes[%d] = %lld is negative", op, i, (long long)sizes[i]);
         if (sizes[i] > dim - total) /* compared this way, the running sum never overflows */
-            return fail_on(TG_ERR_INVALID, x, "%s: the sizes add up to more than dimension %d (size %lld)", op,
-                           axis, (long long)dim);
+            return fail_on(TG_ERR_INVALID, x, "%s: the sizes add up to more than dimension %d (size %lld)", op, axis,
+                           (long long)dim);
         total += sizes[i];
     }
     if (total != dim)
@@ -395,7 +393,8 @@ static tg_status split_backward(tg_node *node, tg_tensor *const *dy, tg_tensor *
     for (int i = 0; i < node->n_outputs; i++) {
         const int64_t size = node->outputs[i]->shape[ctx->axis];
         tg_tensor block = part_along(dx[0], ctx->axis, start, size, 1);
-        tg_status status = dy[i] ? TG_DISPATCH(node->op, slice_bwd_copy, x->device, &block, dy[i]) : tg_fill(&block, 0.0);
+        tg_status status =
+            dy[i] ? TG_DISPATCH(node->op, slice_bwd_copy, x->device, &block, dy[i]) : tg_fill(&block, 0.0);
         if (status != TG_OK) return status;
         start += size;
     }
@@ -406,8 +405,7 @@ static tg_status split_backward(tg_node *node, tg_tensor *const *dy, tg_tensor *
 tg_status tg_split(tg_tape *tape, tg_tensor *x, int axis, int n, const int64_t *sizes, tg_tensor **out)
 {
     const char *op = "tg_split";
-    if (!tg_check_tape(op, tape) || !tg_check_tensor(op, "x", x) || !tg_check_axis(op, x, &axis))
-        return TG_ERR_INVALID;
+    if (!tg_check_tape(op, tape) || !tg_check_tensor(op, "x", x) || !tg_check_axis(op, x, &axis)) return TG_ERR_INVALID;
     if (!tg_check_device_usable(op, "x", x)) return TG_ERR_DEVICE;
     tg_status status = check_split_sizes(op, x, axis, n, sizes, out);
     if (status != TG_OK) return status;

@@ -17,8 +17,8 @@ static tg_status norm_of(const char *op, tg_params *params, double *norm)
     const tg_tensor *first = tg_params_get(params, 0);
     if (!first) return TG_OK; /* an empty store: a norm of 0 */
     double sum = 0.0;
-    tg_status status =
-        TG_DISPATCH(op, sum_squares, first->device, tg_params_grad(params), first->dtype, tg_params_numel(params), &sum);
+    tg_status status = TG_DISPATCH(op, sum_squares, first->device, tg_params_grad(params), first->dtype,
+                                   tg_params_numel(params), &sum);
     *norm = sqrt(sum);
     return status;
 }

@@ -43,21 +43,21 @@ struct tg_optim {
     int *group_of; /* per parameter */
     tg_optim_group groups[TG_OPTIM_MAX_GROUPS];
     int n_groups;
-    void *state[2]; /* AdamW: exp_avg, exp_avg_sq; SGD: momentum (NULL without) */
-    float *master;  /* bf16/f16 stores only */
+    void *state[2];         /* AdamW: exp_avg, exp_avg_sq; SGD: momentum (NULL without) */
+    float *master;          /* bf16/f16 stores only */
     tg_optim_range *ranges; /* on the device; rebuilt when ranges_stale */
     int64_t n_ranges;
     size_t ranges_bytes;
     bool ranges_stale;
-    tg_optim_scalars scalars;        /* the CPU's; on CUDA the configuration's host copy */
+    tg_optim_scalars scalars;         /* the CPU's; on CUDA the configuration's host copy */
     tg_optim_scalars *device_scalars; /* CUDA: the scalars the steps keep */
-    double *partials;                /* CUDA: scratch for the gradient norm's partial sums */
+    double *partials;                 /* CUDA: scratch for the gradient norm's partial sums */
 };
 
 tg_optim_config tg_adamw_config(double lr)
 {
-    return (tg_optim_config){.kind = TG_OPTIM_ADAMW, .lr = lr, .weight_decay = 0.01, .beta1 = 0.9, .beta2 = 0.999,
-                             .eps = 1e-8};
+    return (tg_optim_config){
+        .kind = TG_OPTIM_ADAMW, .lr = lr, .weight_decay = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
 }
 
 tg_optim_config tg_sgd_config(double lr, double momentum)
@@ -72,7 +72,10 @@ const char *tg_optim_kind_name(tg_optim_kind kind)
 
 /* ---- the default group rule ---------------------------------------------------------- */
 
-static bool part_is(const char *part, size_t n, const char *word) { return strlen(word) == n && !strncmp(part, word, n); }
+static bool part_is(const char *part, size_t n, const char *word)
+{
+    return strlen(word) == n && !strncmp(part, word, n);
+}
 
 static bool part_contains(const char *part, size_t n, const char *word)
 {
@@ -108,20 +111,27 @@ static bool check_config(const char *op, const tg_optim_config *c)
 {
     const tg_schedule *s = &c->schedule;
     const char *problem = NULL;
-    if (c->kind != TG_OPTIM_SGD && c->kind != TG_OPTIM_ADAMW) problem = "kind must be TG_OPTIM_SGD or TG_OPTIM_ADAMW";
-    else if (!(c->lr >= 0) || !isfinite(c->lr)) problem = "lr must be finite and >= 0";
-    else if (!(c->weight_decay >= 0) || !isfinite(c->weight_decay)) problem = "weight_decay must be finite and >= 0";
-    else if (!(c->max_grad_norm >= 0) || !isfinite(c->max_grad_norm)) problem = "max_grad_norm must be finite and >= 0 (0: no clipping)";
-    else if (c->kind == TG_OPTIM_SGD && !(c->momentum >= 0 && c->momentum < 1)) problem = "momentum must be in [0, 1)";
-    else if (c->kind == TG_OPTIM_SGD && c->nesterov && c->momentum == 0) problem = "nesterov needs momentum > 0";
+    if (c->kind != TG_OPTIM_SGD && c->kind != TG_OPTIM_ADAMW)
+        problem = "kind must be TG_OPTIM_SGD or TG_OPTIM_ADAMW";
+    else if (!(c->lr >= 0) || !isfinite(c->lr))
+        problem = "lr must be finite and >= 0";
+    else if (!(c->weight_decay >= 0) || !isfinite(c->weight_decay))
+        problem = "weight_decay must be finite and >= 0";
+    else if (!(c->max_grad_norm >= 0) || !isfinite(c->max_grad_norm))
+        problem = "max_grad_norm must be finite and >= 0 (0: no clipping)";
+    else if (c->kind == TG_OPTIM_SGD && !(c->momentum >= 0 && c->momentum < 1))
+        problem = "momentum must be in [0, 1)";
+    else if (c->kind == TG_OPTIM_SGD && c->nesterov && c->momentum == 0)
+        problem = "nesterov needs momentum > 0";
     else if (c->kind == TG_OPTIM_ADAMW && !(c->beta1 >= 0 && c->beta1 < 1 && c->beta2 >= 0 && c->beta2 < 1))
         problem = "beta1 and beta2 must be in [0, 1)";
-    else if (c->kind == TG_OPTIM_ADAMW && (!(c->eps > 0) || !isfinite(c->eps))) problem = "eps must be finite and > 0";
+    else if (c->kind == TG_OPTIM_ADAMW && (!(c->eps > 0) || !isfinite(c->eps)))
+        problem = "eps must be finite and > 0";
     else if (isnan(tg_schedule_factor(s, 0)))
         problem = "the schedule is invalid: kind, warmup_steps >= 0, total_steps >= warmup_steps, min_factor in [0, 1]";
     if (!problem) return true;
-    tg_set_error(TG_ERR_INVALID, "%s: %s (lr %g, weight_decay %g, momentum %g, beta1 %g, beta2 %g, eps %g)", op, problem,
-                 c->lr, c->weight_decay, c->momentum, c->beta1, c->beta2, c->eps);
+    tg_set_error(TG_ERR_INVALID, "%s: %s (lr %g, weight_decay %g, momentum %g, beta1 %g, beta2 %g, eps %g)", op,
+                 problem, c->lr, c->weight_decay, c->momentum, c->beta1, c->beta2, c->eps);
     return false;
 }
 
@@ -177,8 +187,7 @@ static tg_status publish_configuration(tg_optim *opt)
 static tg_optim_scalars counters(const tg_optim *opt)
 {
     tg_optim_scalars s = opt->scalars;
-    if (opt->device_scalars &&
-        tg_device_memcpy(&s, opt->device_scalars, sizeof s, TG_COPY_DEVICE_TO_HOST) != TG_OK) {
+    if (opt->device_scalars && tg_device_memcpy(&s, opt->device_scalars, sizeof s, TG_COPY_DEVICE_TO_HOST) != TG_OK) {
         s.step = -1, s.skipped = -1, s.last_norm = NAN;
     }
     return s;
@@ -225,8 +234,8 @@ tg_optim *tg_optim_create(tg_params *params, const tg_optim_config *config)
     opt->groups[TG_OPTIM_GROUP_NO_DECAY] = (tg_optim_group){1.0, 0.0};
     opt->n_groups = 2;
     for (size_t i = 0; i < opt->n_params; i++)
-        opt->group_of[i] = tg_optim_default_no_decay(tg_params_get(params, i)->name) ? TG_OPTIM_GROUP_NO_DECAY
-                                                                                     : TG_OPTIM_GROUP_DECAY;
+        opt->group_of[i] =
+            tg_optim_default_no_decay(tg_params_get(params, i)->name) ? TG_OPTIM_GROUP_NO_DECAY : TG_OPTIM_GROUP_DECAY;
     opt->ranges_stale = true;
     opt->scalars.last_norm = NAN;
     fill_configuration(opt);
@@ -274,7 +283,8 @@ static int64_t count_ranges(const tg_optim *opt)
     for (size_t i = 0; i < opt->n_params;) {
         int64_t run = 0;
         size_t j = i;
-        for (; j < opt->n_params && opt->group_of[j] == opt->group_of[i]; j++) run += tg_numel(tg_params_get(opt->params, j));
+        for (; j < opt->n_params && opt->group_of[j] == opt->group_of[i]; j++)
+            run += tg_numel(tg_params_get(opt->params, j));
         n += (run + TG_OPTIM_CHUNK - 1) / TG_OPTIM_CHUNK;
         i = j;
     }
@@ -287,7 +297,8 @@ static void fill_ranges(const tg_optim *opt, tg_optim_range *ranges)
     for (size_t i = 0; i < opt->n_params;) {
         int64_t run = 0;
         size_t j = i;
-        for (; j < opt->n_params && opt->group_of[j] == opt->group_of[i]; j++) run += tg_numel(tg_params_get(opt->params, j));
+        for (; j < opt->n_params && opt->group_of[j] == opt->group_of[i]; j++)
+            run += tg_numel(tg_params_get(opt->params, j));
         for (int64_t at = 0; at < run; at += TG_OPTIM_CHUNK) {
             int64_t length = run - at < TG_OPTIM_CHUNK ? run - at : TG_OPTIM_CHUNK;
             ranges[n++] = (tg_optim_range){begin + at, (int32_t)length, opt->group_of[i]};
@@ -348,18 +359,26 @@ tg_status tg_optim_step(tg_optim *opt, int micro_batches)
 {
     const char *op = "tg_optim_step";
     if (!opt) return tg_set_error(TG_ERR_INVALID, "%s: opt is NULL", op);
-    if (micro_batches < 1) return tg_set_error(TG_ERR_INVALID, "%s: micro_batches must be >= 1, not %d", op, micro_batches);
+    if (micro_batches < 1)
+        return tg_set_error(TG_ERR_INVALID, "%s: micro_batches must be >= 1, not %d", op, micro_batches);
     if (!tg_optim_matches_store(op, opt)) return TG_ERR_STATE;
     const tg_optim_config *c = &opt->config;
     tg_status status = TG_OK;
     if (opt->ranges_stale && (status = build_ranges(opt)) != TG_OK) return status;
     if ((status = prepare_step(op, opt, micro_batches)) != TG_OK) return status;
-    tg_optim_update u = {
-        .param = tg_params_data(opt->params), .grad = tg_params_grad(opt->params), .master = opt->master,
-        .state0 = opt->state[0], .state1 = opt->state[1], .param_dtype = opt->param_dtype,
-        .state_dtype = opt->state_dtype, .ranges = opt->ranges, .n_ranges = opt->n_ranges,
-        .scalars = opt->device_scalars ? opt->device_scalars : &opt->scalars, .eps = c->eps,
-        .momentum = c->momentum, .nesterov = c->nesterov};
+    tg_optim_update u = {.param = tg_params_data(opt->params),
+                         .grad = tg_params_grad(opt->params),
+                         .master = opt->master,
+                         .state0 = opt->state[0],
+                         .state1 = opt->state[1],
+                         .param_dtype = opt->param_dtype,
+                         .state_dtype = opt->state_dtype,
+                         .ranges = opt->ranges,
+                         .n_ranges = opt->n_ranges,
+                         .scalars = opt->device_scalars ? opt->device_scalars : &opt->scalars,
+                         .eps = c->eps,
+                         .momentum = c->momentum,
+                         .nesterov = c->nesterov};
     const tg_optim_update_kernel *table = c->kind == TG_OPTIM_ADAMW ? adamw_update : sgd_update;
     return TG_DISPATCH(op, table, opt->device, &u);
 }
@@ -413,7 +432,8 @@ tg_params *tg_optim_params(const tg_optim *opt) { return opt->params; }
 tg_status tg_optim_set_lr(tg_optim *opt, double lr)
 {
     if (!opt) return tg_set_error(TG_ERR_INVALID, "tg_optim_set_lr: opt is NULL");
-    if (!(lr >= 0) || !isfinite(lr)) return tg_set_error(TG_ERR_INVALID, "tg_optim_set_lr: lr must be finite and >= 0, not %g", lr);
+    if (!(lr >= 0) || !isfinite(lr))
+        return tg_set_error(TG_ERR_INVALID, "tg_optim_set_lr: lr must be finite and >= 0, not %g", lr);
     opt->config.lr = lr;
     return publish_configuration(opt);
 }

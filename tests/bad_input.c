@@ -93,8 +93,7 @@ void bi_fixture_init(bi_fixture *f, uint64_t seed, bool with_files)
     cr_assert(mkdtemp(f->dir), "fixture: mkdtemp failed");
     snprintf(f->checkpoint, sizeof f->checkpoint, "%s/good.safetensors", f->dir);
     tg_checkpoint_info info = {.step = 1, .config = "{\"fixture\": true}"};
-    cr_assert_eq(tg_checkpoint_save(f->checkpoint, f->params, f->optim, &info), TG_OK, "fixture: %s",
-                 tg_last_error());
+    cr_assert_eq(tg_checkpoint_save(f->checkpoint, f->params, f->optim, &info), TG_OK, "fixture: %s", tg_last_error());
 }
 
 void bi_fixture_free(bi_fixture *f)
@@ -120,7 +119,6 @@ const char *bi_path(bi_fixture *f, const char *name)
     return path;
 }
 
-
 static size_t store_bytes(tg_params *params)
 {
     size_t bytes = 0;
@@ -139,7 +137,6 @@ static unsigned char *copy_of(const void *buffer, size_t bytes)
     return copy;
 }
 
-
 void bi_before(bi_fixture *f)
 {
     snapshot_free(f->before);
@@ -147,9 +144,12 @@ void bi_before(bi_fixture *f)
     cr_assert(f->before);
     struct bi_snapshot *s = f->before;
     size_t bytes = store_bytes(f->params);
-    *s = (struct bi_snapshot){.nodes = tg_tape_node_count(f->tape), .bytes = tg_tape_bytes_in_use(f->tape),
-                              .n_params = tg_params_count(f->params), .grad_enabled = tg_tape_grad_enabled(f->tape),
-                              .rng = f->rng, .optim_steps = tg_optim_step_count(f->optim),
+    *s = (struct bi_snapshot){.nodes = tg_tape_node_count(f->tape),
+                              .bytes = tg_tape_bytes_in_use(f->tape),
+                              .n_params = tg_params_count(f->params),
+                              .grad_enabled = tg_tape_grad_enabled(f->tape),
+                              .rng = f->rng,
+                              .optim_steps = tg_optim_step_count(f->optim),
                               .data = copy_of(tg_params_data(f->params), bytes),
                               .grad = copy_of(tg_params_grad(f->params), bytes)};
     if (f->model_params) {
@@ -181,10 +181,10 @@ static void check_result(const bi_fixture *f, const bi_case *c)
     const char *label = c->function;
     switch (f->returns) {
     case BI_RETURNS_NULL: cr_assert_null(f->pointer, "%s (%s): should have returned NULL", label, c->what); break;
-    case BI_RETURNS_STATUS:
-        cr_assert_neq(f->status, TG_OK, "%s (%s): should have failed", label, c->what);
+    case BI_RETURNS_STATUS: cr_assert_neq(f->status, TG_OK, "%s (%s): should have failed", label, c->what); break;
+    case BI_RETURNS_NAN:
+        cr_assert(isnan(f->real), "%s (%s): should have returned NaN, got %g", label, c->what, f->real);
         break;
-    case BI_RETURNS_NAN: cr_assert(isnan(f->real), "%s (%s): should have returned NaN, got %g", label, c->what, f->real); break;
     case BI_RETURNS_VALUE:
         cr_assert_eq(f->integer, f->error_value, "%s (%s): should have returned %lld, got %lld", label, c->what,
                      (long long)f->error_value, (long long)f->integer);
@@ -213,7 +213,9 @@ static void check_unchanged(bi_fixture *f, const bi_case *c)
     cr_assert(memcmp(tg_params_grad(f->params), s->grad, bytes) == 0, "%s (%s): changed gradients", label, c->what);
     cr_assert(memcmp(&f->rng, &s->rng, sizeof s->rng) == 0, "%s (%s): moved the generator", label, c->what);
     cr_assert_eq(tg_optim_step_count(f->optim), s->optim_steps, "%s (%s): changed the optimizer", label, c->what);
-    if (s->model_data) cr_assert_eq(tg_params_count(f->model_params), s->n_model_params, "%s (%s): changed the model's store", label, c->what);
+    if (s->model_data)
+        cr_assert_eq(tg_params_count(f->model_params), s->n_model_params, "%s (%s): changed the model's store", label,
+                     c->what);
     if (s->model_data)
         cr_assert(memcmp(tg_params_data(f->model_params), s->model_data, s->model_bytes) == 0,
                   "%s (%s): changed the model", label, c->what);

@@ -25,10 +25,7 @@ static inline tg_tensor *cu_host(tg_tape *tape, const tg_tensor *t)
 }
 
 /* The agreement asked of a CUDA result with the CPU one, by storage dtype. */
-static inline double cu_tolerance(tg_dtype dtype)
-{
-    return dtype == TG_F64 ? 1e-10 : dtype == TG_F32 ? 1e-5 : 1e-2;
-}
+static inline double cu_tolerance(tg_dtype dtype) { return dtype == TG_F64 ? 1e-10 : dtype == TG_F32 ? 1e-5 : 1e-2; }
 
 /* The CUDA result is on the GPU and has the CPU result's shape and dtype. */
 static inline void cu_assert_comparable(const char *what, const tg_tensor *cuda, const tg_tensor *cpu)
@@ -76,8 +73,8 @@ static inline double cu_terms_tolerance(tg_dtype dtype)
  * zero (the GPU's fast paths do, the CPU does not) decides the last bits, so each element may
  * be off by that much (a gradient that decays through many steps lands there). When both
  * norms are zero the limit is tol itself, as in tt_rel_error. */
-static inline void cu_assert_within_terms(tg_tape *tape, const char *what, const tg_tensor *cuda,
-                                          const tg_tensor *cpu, const tg_tensor *terms)
+static inline void cu_assert_within_terms(tg_tape *tape, const char *what, const tg_tensor *cuda, const tg_tensor *cpu,
+                                          const tg_tensor *terms)
 {
     cu_assert_comparable(what, cuda, cpu);
     cr_assert(terms && terms->device == TG_DEVICE_CPU && tg_same_shape(terms, cpu),
@@ -89,8 +86,7 @@ static inline void cu_assert_within_terms(tg_tape *tape, const char *what, const
     if (norm == 0 && terms_norm == 0) limit = tol;
     cr_assert(error <= limit,
               "%s (%s): CUDA vs CPU error %g, limit %g (max(%g × ‖CPU‖ %g, %g × ‖terms‖ %g)) (seed %llu)", what,
-              tg_dtype_name(cpu->dtype), error, limit, tol, norm, terms_tol, terms_norm,
-              (unsigned long long)tt_seed());
+              tg_dtype_name(cpu->dtype), error, limit, tol, norm, terms_tol, terms_norm, (unsigned long long)tt_seed());
 }
 
 /* Asserts the CUDA tensor matches the CPU one within cu_tolerance of its dtype. */
@@ -109,8 +105,8 @@ static inline void cu_assert_equal(tg_tape *tape, const char *what, const tg_ten
     tg_tensor *h = cu_host(tape, cuda);
     for (int64_t i = 0; i < tg_numel(h); i++) {
         double got = tg_get_flat(h, i), expected = tg_get_flat(cpu, i);
-        cr_assert(got == expected, "%s: element %lld is %.9g on CUDA, %.9g on the CPU (seed %llu)", what,
-                  (long long)i, got, expected, (unsigned long long)tt_seed());
+        cr_assert(got == expected, "%s: element %lld is %.9g on CUDA, %.9g on the CPU (seed %llu)", what, (long long)i,
+                  got, expected, (unsigned long long)tt_seed());
     }
 }
 

@@ -47,17 +47,16 @@ static inline tg_tensor *mm_leaf(tg_tape *tape, tg_dtype dtype, int ndim, const 
 
 /* How the batch axes of a and b relate. */
 typedef enum {
-    BATCH_NONE,     /* both 2-D */
-    BATCH_3D,       /* (B, ., .) both */
-    BATCH_4D,       /* (B1, B2, ., .) both */
-    SHARED_B,       /* a (B, ., .), b 2-D */
-    SHARED_B_4D,    /* a (B1, B2, ., .), b 2-D */
-    SHARED_A,       /* a 2-D, b (B, ., .) */
+    BATCH_NONE,  /* both 2-D */
+    BATCH_3D,    /* (B, ., .) both */
+    BATCH_4D,    /* (B1, B2, ., .) both */
+    SHARED_B,    /* a (B, ., .), b 2-D */
+    SHARED_B_4D, /* a (B1, B2, ., .), b 2-D */
+    SHARED_A,    /* a 2-D, b (B, ., .) */
     BATCH_KIND_COUNT
 } batch_kind;
 
-static const char *const batch_names[BATCH_KIND_COUNT] = {"2-D", "3-D", "4-D", "shared b", "shared b 4-D",
-                                                          "shared a"};
+static const char *const batch_names[BATCH_KIND_COUNT] = {"2-D", "3-D", "4-D", "shared b", "shared b 4-D", "shared a"};
 
 typedef struct {
     int ndim_a, ndim_b;
@@ -70,8 +69,8 @@ static inline case_shapes mm_random_shapes(batch_kind kind, bool ta, bool tb, in
     case_shapes s;
     int64_t batch[2] = {tt_randint(1, 3), tt_randint(1, 3)};
     int n_batch = kind == BATCH_NONE ? 0 : kind == BATCH_4D || kind == SHARED_B_4D ? 2 : 1;
-    bool a_batched = kind != SHARED_A && kind != BATCH_NONE, b_batched = kind != SHARED_B && kind != SHARED_B_4D &&
-                                                                       kind != BATCH_NONE;
+    bool a_batched = kind != SHARED_A && kind != BATCH_NONE,
+         b_batched = kind != SHARED_B && kind != SHARED_B_4D && kind != BATCH_NONE;
     int64_t m = tt_randint(min_size, max_size), k = tt_randint(min_size, max_size), n = tt_randint(min_size, max_size);
     s.ndim_a = 2 + (a_batched ? n_batch : 0);
     s.ndim_b = 2 + (b_batched ? n_batch : 0);

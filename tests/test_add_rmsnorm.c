@@ -156,8 +156,8 @@ Test(add_rmsnorm, gradients_match_the_unfused_pair_with_either_output_unused)
             if (!uses[u][0] && i == 2) /* no gradient reaches the weight: it stays zero */
                 cr_assert_eq(tt_norm(got[i]->grad), 0.0, "weight gradient without y");
             else
-                cr_assert_lt(error, 1e-6, "d%s (y %s, h %s): relative error %g", names[i], uses[u][0] ? "used" : "unused",
-                             uses[u][1] ? "used" : "unused", error);
+                cr_assert_lt(error, 1e-6, "d%s (y %s, h %s): relative error %g", names[i],
+                             uses[u][0] ? "used" : "unused", uses[u][1] ? "used" : "unused", error);
         }
         tg_tape_free(tape);
     }
@@ -195,7 +195,8 @@ Test(add_rmsnorm, bad_inputs_fail_cleanly)
     const char *op = "tg_add_rmsnorm";
     tg_tensor *x = tt_leaf(tape, TG_F32, 2, (int64_t[]){2, 3}), *r = tt_leaf(tape, TG_F32, 2, (int64_t[]){2, 3});
     tg_tensor *w = tt_leaf(tape, TG_F32, 1, (int64_t[]){3});
-    tg_tensor *r_wide = tt_randn(tape, TG_F32, 2, (int64_t[]){2, 4}), *r_3d = tt_randn(tape, TG_F32, 3, (int64_t[]){1, 2, 3});
+    tg_tensor *r_wide = tt_randn(tape, TG_F32, 2, (int64_t[]){2, 4}),
+              *r_3d = tt_randn(tape, TG_F32, 3, (int64_t[]){1, 2, 3});
     tg_tensor *r64 = tt_randn(tape, TG_F64, 2, (int64_t[]){2, 3}), *w4 = tt_randn(tape, TG_F32, 1, (int64_t[]){4});
     tg_tensor *ids = tt_ids(tape, 2, (int64_t[]){2, 3}, 5), *cuda_r = tt_fake_cuda(tape, r);
     tg_tensor *h = x; /* must come back NULL on failure */

@@ -16,15 +16,18 @@ typedef struct {
     const char *function;
     int n_tensors;
     const char *names[MAX_TENSORS]; /* as the op's messages name them */
-    unsigned optional;             /* bit i: tensor i may be NULL */
-    unsigned ids;                  /* bit i: tensor i holds i32 ids (the others are float) */
-    bool float_with_params;        /* the float tensors meet the model's f32 parameters */
-    bool any_dtype;                /* a shape op: ids are as welcome as floats */
+    unsigned optional;              /* bit i: tensor i may be NULL */
+    unsigned ids;                   /* bit i: tensor i holds i32 ids (the others are float) */
+    bool float_with_params;         /* the float tensors meet the model's f32 parameters */
+    bool any_dtype;                 /* a shape op: ids are as welcome as floats */
     void (*make)(bi_fixture *f, tg_tensor **t);
     const void *(*call)(tg_tape *tape, bi_fixture *f, tg_tensor *const *t);
 } op_under_test;
 
+/* a compound literal, which the formatter would spread over two lines */
+// clang-format off
 #define SHAPE(...) (int64_t[]){__VA_ARGS__}
+// clang-format on
 #define NDIM(...) ((int)(sizeof(int64_t[]){__VA_ARGS__} / sizeof(int64_t)))
 #define RANDN(...) bi_leaf(f, TG_F32, NDIM(__VA_ARGS__), SHAPE(__VA_ARGS__))
 
@@ -60,6 +63,8 @@ static void model_activations(bi_fixture *f, tg_tensor **t)
 
 /* ---- the calls ---------------------------------------------------------------------------- */
 
+/* one wrapper per op; the formatter cannot lay out a list of function-defining macros */
+// clang-format off
 #define BINARY(name) \
     static const void *call_##name(tg_tape *tape, bi_fixture *f, tg_tensor *const *t) { (void)f; return tg_##name(tape, t[0], t[1]); }
 #define UNARY(name) \
@@ -67,22 +72,83 @@ static void model_activations(bi_fixture *f, tg_tensor **t)
 BINARY(add) BINARY(sub) BINARY(mul) BINARY(div) BINARY(embedding)
 UNARY(neg) UNARY(exp) UNARY(log) UNARY(tanh) UNARY(sigmoid) UNARY(silu) UNARY(softplus) UNARY(relu)
 UNARY(sum_all) UNARY(mean_all) UNARY(contiguous) UNARY(softmax) UNARY(log_softmax)
+    // clang-format on
 
-static const void *call_scale(tg_tape *tape, bi_fixture *f, tg_tensor *const *t) { (void)f; return tg_scale(tape, t[0], 2.0); }
-static const void *call_matmul(tg_tape *tape, bi_fixture *f, tg_tensor *const *t) { (void)f; return tg_matmul(tape, t[0], t[1], false, false); }
-static const void *call_sum(tg_tape *tape, bi_fixture *f, tg_tensor *const *t) { (void)f; return tg_sum(tape, t[0], 1, true); }
-static const void *call_mean(tg_tape *tape, bi_fixture *f, tg_tensor *const *t) { (void)f; return tg_mean(tape, t[0], -1, false); }
-static const void *call_reshape(tg_tape *tape, bi_fixture *f, tg_tensor *const *t) { (void)f; return tg_reshape(tape, t[0], 2, SHAPE(3, -1)); }
-static const void *call_permute(tg_tape *tape, bi_fixture *f, tg_tensor *const *t) { (void)f; return tg_permute(tape, t[0], (int[]){1, 0}); }
-static const void *call_transpose(tg_tape *tape, bi_fixture *f, tg_tensor *const *t) { (void)f; return tg_transpose(tape, t[0], 0, 1); }
-static const void *call_slice(tg_tape *tape, bi_fixture *f, tg_tensor *const *t) { (void)f; return tg_slice(tape, t[0], 1, 0, 3, 2); }
-static const void *call_concat(tg_tape *tape, bi_fixture *f, tg_tensor *const *t) { (void)f; return tg_concat(tape, t, 2, 0); }
-static const void *call_to_dtype(tg_tape *tape, bi_fixture *f, tg_tensor *const *t) { (void)f; return tg_to_dtype(tape, t[0], TG_F64); }
-static const void *call_to_device(tg_tape *tape, bi_fixture *f, tg_tensor *const *t) { (void)f; return tg_to_device(tape, t[0], TG_DEVICE_CPU); }
-static const void *call_detach(tg_tape *tape, bi_fixture *f, tg_tensor *const *t) { (void)f; return tg_detach(tape, t[0]); }
-static const void *call_rmsnorm(tg_tape *tape, bi_fixture *f, tg_tensor *const *t) { (void)f; return tg_rmsnorm(tape, t[0], t[1], 1e-5); }
-static const void *call_cross_entropy(tg_tape *tape, bi_fixture *f, tg_tensor *const *t) { (void)f; return tg_cross_entropy(tape, t[0], t[1], -100); }
-static const void *call_count_correct(tg_tape *tape, bi_fixture *f, tg_tensor *const *t) { (void)f; return tg_count_correct(tape, t[0], t[1], -100); }
+    static const void *call_scale(tg_tape *tape, bi_fixture *f, tg_tensor *const *t)
+{
+    (void)f;
+    return tg_scale(tape, t[0], 2.0);
+}
+static const void *call_matmul(tg_tape *tape, bi_fixture *f, tg_tensor *const *t)
+{
+    (void)f;
+    return tg_matmul(tape, t[0], t[1], false, false);
+}
+static const void *call_sum(tg_tape *tape, bi_fixture *f, tg_tensor *const *t)
+{
+    (void)f;
+    return tg_sum(tape, t[0], 1, true);
+}
+static const void *call_mean(tg_tape *tape, bi_fixture *f, tg_tensor *const *t)
+{
+    (void)f;
+    return tg_mean(tape, t[0], -1, false);
+}
+static const void *call_reshape(tg_tape *tape, bi_fixture *f, tg_tensor *const *t)
+{
+    (void)f;
+    return tg_reshape(tape, t[0], 2, SHAPE(3, -1));
+}
+static const void *call_permute(tg_tape *tape, bi_fixture *f, tg_tensor *const *t)
+{
+    (void)f;
+    return tg_permute(tape, t[0], (int[]){1, 0});
+}
+static const void *call_transpose(tg_tape *tape, bi_fixture *f, tg_tensor *const *t)
+{
+    (void)f;
+    return tg_transpose(tape, t[0], 0, 1);
+}
+static const void *call_slice(tg_tape *tape, bi_fixture *f, tg_tensor *const *t)
+{
+    (void)f;
+    return tg_slice(tape, t[0], 1, 0, 3, 2);
+}
+static const void *call_concat(tg_tape *tape, bi_fixture *f, tg_tensor *const *t)
+{
+    (void)f;
+    return tg_concat(tape, t, 2, 0);
+}
+static const void *call_to_dtype(tg_tape *tape, bi_fixture *f, tg_tensor *const *t)
+{
+    (void)f;
+    return tg_to_dtype(tape, t[0], TG_F64);
+}
+static const void *call_to_device(tg_tape *tape, bi_fixture *f, tg_tensor *const *t)
+{
+    (void)f;
+    return tg_to_device(tape, t[0], TG_DEVICE_CPU);
+}
+static const void *call_detach(tg_tape *tape, bi_fixture *f, tg_tensor *const *t)
+{
+    (void)f;
+    return tg_detach(tape, t[0]);
+}
+static const void *call_rmsnorm(tg_tape *tape, bi_fixture *f, tg_tensor *const *t)
+{
+    (void)f;
+    return tg_rmsnorm(tape, t[0], t[1], 1e-5);
+}
+static const void *call_cross_entropy(tg_tape *tape, bi_fixture *f, tg_tensor *const *t)
+{
+    (void)f;
+    return tg_cross_entropy(tape, t[0], t[1], -100);
+}
+static const void *call_count_correct(tg_tape *tape, bi_fixture *f, tg_tensor *const *t)
+{
+    (void)f;
+    return tg_count_correct(tape, t[0], t[1], -100);
+}
 
 static const void *call_split(tg_tape *tape, bi_fixture *f, tg_tensor *const *t)
 {
@@ -102,8 +168,8 @@ static const void *call_conv(tg_tape *tape, bi_fixture *f, tg_tensor *const *t)
 {
     (void)f;
     tg_tensor *final_states = NULL;
-    tg_causal_conv1d_options options = {.bias = t[2], .initial_states = t[3], .activation = TG_ACT_SILU,
-                                        .final_states = &final_states};
+    tg_causal_conv1d_options options = {
+        .bias = t[2], .initial_states = t[3], .activation = TG_ACT_SILU, .final_states = &final_states};
     return tg_causal_conv1d(tape, t[0], t[1], &options);
 }
 
@@ -111,8 +177,12 @@ static const void *call_scan(tg_tape *tape, bi_fixture *f, tg_tensor *const *t)
 {
     (void)f;
     tg_tensor *final_state = NULL;
-    tg_selective_scan_options options = {.Dv = t[5], .z = t[6], .delta_bias = t[7], .delta_softplus = true,
-                                         .initial_state = t[8], .final_state = &final_state};
+    tg_selective_scan_options options = {.Dv = t[5],
+                                         .z = t[6],
+                                         .delta_bias = t[7],
+                                         .delta_softplus = true,
+                                         .initial_state = t[8],
+                                         .final_state = &final_state};
     return tg_selective_scan(tape, t[0], t[1], t[2], t[3], t[4], &options);
 }
 
@@ -141,7 +211,10 @@ static const void *call_mamba_loss(tg_tape *tape, bi_fixture *f, tg_tensor *cons
     return tg_mamba_loss(tape, f->model, t[0], t[1], -100);
 }
 
-#define OP(fn, n, make_fn, call_fn, ...) {.function = #fn, .n_tensors = n, .make = make_fn, .call = call_fn, __VA_ARGS__}
+#define OP(fn, n, make_fn, call_fn, ...)                                                                               \
+    {                                                                                                                  \
+        .function = #fn, .n_tensors = n, .make = make_fn, .call = call_fn, __VA_ARGS__                                 \
+    }
 static const op_under_test ops[] = {
     OP(tg_add, 2, two_2x3, call_add, .names = {"a", "b"}),
     OP(tg_sub, 2, two_2x3, call_sub, .names = {"a", "b"}),
@@ -197,8 +270,8 @@ static const op_under_test ops[] = {
 typedef enum {
     TAPE_NULL,
     TENSOR_NULL,
-    WRONG_KIND,   /* i32 where a float belongs, f32 where ids belong */
-    OTHER_FLOAT,  /* f64 among f32 tensors */
+    WRONG_KIND,  /* i32 where a float belongs, f32 where ids belong */
+    OTHER_FLOAT, /* f64 among f32 tensors */
     FAKE_DEVICE,
     RELEASED,
     NO_STORAGE,
@@ -208,8 +281,15 @@ typedef enum {
 } mutation;
 
 static const char *const mutation_names[N_MUTATIONS] = {
-    "NULL", "NULL", "the wrong dtype kind", "f64 among f32", "claims CUDA, data on the host",
-    "released for recompute", "no storage", "ndim 0", "ndim above TG_MAX_DIMS",
+    "NULL",
+    "NULL",
+    "the wrong dtype kind",
+    "f64 among f32",
+    "claims CUDA, data on the host",
+    "released for recompute",
+    "no storage",
+    "ndim 0",
+    "ndim above TG_MAX_DIMS",
 };
 
 static int float_count(const op_under_test *op)
@@ -253,8 +333,10 @@ static void run_broken_call(bi_fixture *f, const bi_case *c)
     tg_tensor *t[MAX_TENSORS] = {0};
     op->make(f, t);
     tg_tape *tape = f->tape;
-    if (c->mutation == TAPE_NULL) tape = NULL;
-    else t[c->index] = broken(f, op, c->index, (mutation)c->mutation, t[c->index]);
+    if (c->mutation == TAPE_NULL)
+        tape = NULL;
+    else
+        t[c->index] = broken(f, op, c->index, (mutation)c->mutation, t[c->index]);
     BI_EXPECT_NULL(f, op->call(tape, f, t));
 }
 
@@ -430,10 +512,7 @@ BAD_INPUT(tg_concat, "n", "no tensors")
     BI_EXPECT_NULL(f, tg_concat(f->tape, xs, 0, 0));
 }
 
-BAD_INPUT(tg_concat, "xs", "NULL")
-{
-    BI_EXPECT_NULL(f, tg_concat(f->tape, NULL, 2, 0));
-}
+BAD_INPUT(tg_concat, "xs", "NULL") { BI_EXPECT_NULL(f, tg_concat(f->tape, NULL, 2, 0)); }
 
 BAD_INPUT(tg_concat, "axis", "an axis past the rank")
 {
@@ -593,32 +672,37 @@ BAD_INPUT(tg_causal_conv1d, "x", "a matrix")
 
 BAD_INPUT(tg_selective_scan, "A", "A for other channels")
 {
-    tg_tensor *u = RANDN(2, 3, 5), *delta = RANDN(2, 3, 5), *A = RANDN(4, 4), *Bm = RANDN(2, 4, 5), *Cm = RANDN(2, 4, 5);
+    tg_tensor *u = RANDN(2, 3, 5), *delta = RANDN(2, 3, 5), *A = RANDN(4, 4), *Bm = RANDN(2, 4, 5),
+              *Cm = RANDN(2, 4, 5);
     BI_EXPECT_NULL(f, tg_selective_scan(f->tape, u, delta, A, Bm, Cm, NULL));
 }
 
 BAD_INPUT(tg_selective_scan, "Cm", "Cm of another length")
 {
-    tg_tensor *u = RANDN(2, 3, 5), *delta = RANDN(2, 3, 5), *A = RANDN(3, 4), *Bm = RANDN(2, 4, 5), *Cm = RANDN(2, 4, 6);
+    tg_tensor *u = RANDN(2, 3, 5), *delta = RANDN(2, 3, 5), *A = RANDN(3, 4), *Bm = RANDN(2, 4, 5),
+              *Cm = RANDN(2, 4, 6);
     BI_EXPECT_NULL(f, tg_selective_scan(f->tape, u, delta, A, Bm, Cm, NULL));
 }
 
 BAD_INPUT(tg_selective_scan, "delta", "delta shaped unlike u")
 {
-    tg_tensor *u = RANDN(2, 3, 5), *delta = RANDN(2, 3, 4), *A = RANDN(3, 4), *Bm = RANDN(2, 4, 5), *Cm = RANDN(2, 4, 5);
+    tg_tensor *u = RANDN(2, 3, 5), *delta = RANDN(2, 3, 4), *A = RANDN(3, 4), *Bm = RANDN(2, 4, 5),
+              *Cm = RANDN(2, 4, 5);
     BI_EXPECT_NULL(f, tg_selective_scan(f->tape, u, delta, A, Bm, Cm, NULL));
 }
 
 BAD_INPUT(tg_selective_scan, "chunk", "a negative chunk")
 {
-    tg_tensor *u = RANDN(2, 3, 5), *delta = RANDN(2, 3, 5), *A = RANDN(3, 4), *Bm = RANDN(2, 4, 5), *Cm = RANDN(2, 4, 5);
+    tg_tensor *u = RANDN(2, 3, 5), *delta = RANDN(2, 3, 5), *A = RANDN(3, 4), *Bm = RANDN(2, 4, 5),
+              *Cm = RANDN(2, 4, 5);
     tg_selective_scan_options options = {.chunk = -3};
     BI_EXPECT_NULL(f, tg_selective_scan(f->tape, u, delta, A, Bm, Cm, &options));
 }
 
 BAD_INPUT(tg_selective_scan, "initial_state", "a state of the wrong size")
 {
-    tg_tensor *u = RANDN(2, 3, 5), *delta = RANDN(2, 3, 5), *A = RANDN(3, 4), *Bm = RANDN(2, 4, 5), *Cm = RANDN(2, 4, 5);
+    tg_tensor *u = RANDN(2, 3, 5), *delta = RANDN(2, 3, 5), *A = RANDN(3, 4), *Bm = RANDN(2, 4, 5),
+              *Cm = RANDN(2, 4, 5);
     tg_selective_scan_options options = {.initial_state = RANDN(2, 3, 5)};
     BI_EXPECT_NULL(f, tg_selective_scan(f->tape, u, delta, A, Bm, Cm, &options));
 }

@@ -9,7 +9,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* a compound literal, which the formatter would spread over two lines */
+// clang-format off
 #define SHAPE(...) (int64_t[]){__VA_ARGS__}
+// clang-format on
 
 BI_TEST_SUITE(train)
 
@@ -20,20 +23,11 @@ BAD_INPUT(tg_params_create, "device", "a device that does not exist")
     BI_EXPECT_NULL(f, tg_params_create((tg_device)9));
 }
 
-BAD_INPUT(tg_params_add, "params", "NULL")
-{
-    BI_EXPECT_NULL(f, tg_params_add(NULL, "w", TG_F32, 1, SHAPE(3)));
-}
+BAD_INPUT(tg_params_add, "params", "NULL") { BI_EXPECT_NULL(f, tg_params_add(NULL, "w", TG_F32, 1, SHAPE(3))); }
 
-BAD_INPUT(tg_params_add, "name", "NULL")
-{
-    BI_EXPECT_NULL(f, tg_params_add(f->params, NULL, TG_F32, 1, SHAPE(3)));
-}
+BAD_INPUT(tg_params_add, "name", "NULL") { BI_EXPECT_NULL(f, tg_params_add(f->params, NULL, TG_F32, 1, SHAPE(3))); }
 
-BAD_INPUT(tg_params_add, "name", "empty")
-{
-    BI_EXPECT_NULL(f, tg_params_add(f->params, "", TG_F32, 1, SHAPE(3)));
-}
+BAD_INPUT(tg_params_add, "name", "empty") { BI_EXPECT_NULL(f, tg_params_add(f->params, "", TG_F32, 1, SHAPE(3))); }
 
 BAD_INPUT(tg_params_add, "name", "taken")
 {
@@ -55,10 +49,7 @@ BAD_INPUT(tg_params_add, "name", "an optimizer-state prefix")
     BI_EXPECT_NULL(f, tg_params_add(f->params, "optim.exp_avg.layer.bias", TG_F32, 1, SHAPE(3)));
 }
 
-BAD_INPUT(tg_params_add, "dtype", "i32")
-{
-    BI_EXPECT_NULL(f, tg_params_add(f->params, "w2", TG_I32, 1, SHAPE(3)));
-}
+BAD_INPUT(tg_params_add, "dtype", "i32") { BI_EXPECT_NULL(f, tg_params_add(f->params, "w2", TG_I32, 1, SHAPE(3))); }
 
 BAD_INPUT(tg_params_add, "dtype", "another float dtype than the store's")
 {
@@ -80,85 +71,37 @@ BAD_INPUT(tg_params_add, "shape", "more elements than the store can ever hold")
     BI_EXPECT_NULL(f, tg_params_add(f->params, "w2", TG_F32, 1, SHAPE(INT64_MAX / 4 - 1)));
 }
 
-BAD_INPUT(tg_params_add, "ndim", "0")
-{
-    BI_EXPECT_NULL(f, tg_params_add(f->params, "w2", TG_F32, 0, SHAPE(3)));
-}
+BAD_INPUT(tg_params_add, "ndim", "0") { BI_EXPECT_NULL(f, tg_params_add(f->params, "w2", TG_F32, 0, SHAPE(3))); }
 
-BAD_INPUT(tg_params_add, "shape", "NULL")
-{
-    BI_EXPECT_NULL(f, tg_params_add(f->params, "w2", TG_F32, 1, NULL));
-}
+BAD_INPUT(tg_params_add, "shape", "NULL") { BI_EXPECT_NULL(f, tg_params_add(f->params, "w2", TG_F32, 1, NULL)); }
 
-BAD_INPUT(tg_params_count, "params", "NULL")
-{
-    BI_EXPECT_VALUE(f, tg_params_count(NULL), 0);
-}
+BAD_INPUT(tg_params_count, "params", "NULL") { BI_EXPECT_VALUE(f, tg_params_count(NULL), 0); }
 
-BAD_INPUT(tg_params_get, "index", "past the end")
-{
-    BI_EXPECT_NULL(f, tg_params_get(f->params, 2));
-}
+BAD_INPUT(tg_params_get, "index", "past the end") { BI_EXPECT_NULL(f, tg_params_get(f->params, 2)); }
 
-BAD_INPUT(tg_params_get, "params", "NULL")
-{
-    BI_EXPECT_NULL(f, tg_params_get(NULL, 0));
-}
+BAD_INPUT(tg_params_get, "params", "NULL") { BI_EXPECT_NULL(f, tg_params_get(NULL, 0)); }
 
-BAD_INPUT(tg_params_find, "name", "NULL")
-{
-    BI_EXPECT_NULL(f, tg_params_find(f->params, NULL));
-}
+BAD_INPUT(tg_params_find, "name", "NULL") { BI_EXPECT_NULL(f, tg_params_find(f->params, NULL)); }
 
-BAD_INPUT(tg_params_find, "params", "NULL")
-{
-    BI_EXPECT_NULL(f, tg_params_find(NULL, "layer.bias"));
-}
+BAD_INPUT(tg_params_find, "params", "NULL") { BI_EXPECT_NULL(f, tg_params_find(NULL, "layer.bias")); }
 
-BAD_INPUT(tg_params_find, "name", "not in the store")
-{
-    BI_EXPECT_NULL(f, tg_params_find(f->params, "layer.gamma"));
-}
+BAD_INPUT(tg_params_find, "name", "not in the store") { BI_EXPECT_NULL(f, tg_params_find(f->params, "layer.gamma")); }
 
-BAD_INPUT(tg_params_numel, "params", "NULL")
-{
-    BI_EXPECT_VALUE(f, tg_params_numel(NULL), 0);
-}
+BAD_INPUT(tg_params_numel, "params", "NULL") { BI_EXPECT_VALUE(f, tg_params_numel(NULL), 0); }
 
-BAD_INPUT(tg_params_zero_grad, "params", "NULL")
-{
-    BI_EXPECT_STATUS(f, tg_params_zero_grad(NULL));
-}
+BAD_INPUT(tg_params_zero_grad, "params", "NULL") { BI_EXPECT_STATUS(f, tg_params_zero_grad(NULL)); }
 
-BAD_INPUT(tg_params_data, "params", "NULL")
-{
-    BI_EXPECT_NULL(f, tg_params_data(NULL));
-}
+BAD_INPUT(tg_params_data, "params", "NULL") { BI_EXPECT_NULL(f, tg_params_data(NULL)); }
 
-BAD_INPUT(tg_params_grad, "params", "NULL")
-{
-    BI_EXPECT_NULL(f, tg_params_grad(NULL));
-}
+BAD_INPUT(tg_params_grad, "params", "NULL") { BI_EXPECT_NULL(f, tg_params_grad(NULL)); }
 
-BAD_INPUT(tg_params_sgd_step, "lr", "NaN")
-{
-    BI_EXPECT_STATUS(f, tg_params_sgd_step(f->params, NAN));
-}
+BAD_INPUT(tg_params_sgd_step, "lr", "NaN") { BI_EXPECT_STATUS(f, tg_params_sgd_step(f->params, NAN)); }
 
-BAD_INPUT(tg_params_sgd_step, "lr", "infinite")
-{
-    BI_EXPECT_STATUS(f, tg_params_sgd_step(f->params, -INFINITY));
-}
+BAD_INPUT(tg_params_sgd_step, "lr", "infinite") { BI_EXPECT_STATUS(f, tg_params_sgd_step(f->params, -INFINITY)); }
 
-BAD_INPUT(tg_params_sgd_step, "params", "NULL")
-{
-    BI_EXPECT_STATUS(f, tg_params_sgd_step(NULL, 0.1));
-}
+BAD_INPUT(tg_params_sgd_step, "params", "NULL") { BI_EXPECT_STATUS(f, tg_params_sgd_step(NULL, 0.1)); }
 
-BAD_INPUT(tg_params_grad_norm, "norm", "NULL")
-{
-    BI_EXPECT_STATUS(f, tg_params_grad_norm(f->params, NULL));
-}
+BAD_INPUT(tg_params_grad_norm, "norm", "NULL") { BI_EXPECT_STATUS(f, tg_params_grad_norm(f->params, NULL)); }
 
 BAD_INPUT(tg_params_grad_norm, "params", "NULL")
 {
@@ -189,10 +132,7 @@ BAD_INPUT(tg_optim_create, "params", "NULL")
     BI_EXPECT_NULL(f, tg_optim_create(NULL, &config));
 }
 
-BAD_INPUT(tg_optim_create, "config", "NULL")
-{
-    BI_EXPECT_NULL(f, tg_optim_create(f->params, NULL));
-}
+BAD_INPUT(tg_optim_create, "config", "NULL") { BI_EXPECT_NULL(f, tg_optim_create(f->params, NULL)); }
 
 BAD_INPUT(tg_optim_create, "lr", "NaN")
 {
@@ -268,65 +208,29 @@ BAD_INPUT(tg_optim_create, "nesterov", "Nesterov without momentum")
     BI_EXPECT_NULL(f, tg_optim_create(f->params, &config));
 }
 
-BAD_INPUT(tg_optim_step, "opt", "NULL")
-{
-    BI_EXPECT_STATUS(f, tg_optim_step(NULL, 1));
-}
+BAD_INPUT(tg_optim_step, "opt", "NULL") { BI_EXPECT_STATUS(f, tg_optim_step(NULL, 1)); }
 
-BAD_INPUT(tg_optim_step, "micro_batches", "0")
-{
-    BI_EXPECT_STATUS(f, tg_optim_step(f->optim, 0));
-}
+BAD_INPUT(tg_optim_step, "micro_batches", "0") { BI_EXPECT_STATUS(f, tg_optim_step(f->optim, 0)); }
 
-BAD_INPUT(tg_optim_step, "micro_batches", "negative")
-{
-    BI_EXPECT_STATUS(f, tg_optim_step(f->optim, -4));
-}
+BAD_INPUT(tg_optim_step, "micro_batches", "negative") { BI_EXPECT_STATUS(f, tg_optim_step(f->optim, -4)); }
 
-BAD_INPUT(tg_optim_step_count, "opt", "NULL")
-{
-    BI_EXPECT_VALUE(f, tg_optim_step_count(NULL), -1);
-}
+BAD_INPUT(tg_optim_step_count, "opt", "NULL") { BI_EXPECT_VALUE(f, tg_optim_step_count(NULL), -1); }
 
-BAD_INPUT(tg_optim_skipped_steps, "opt", "NULL")
-{
-    BI_EXPECT_VALUE(f, tg_optim_skipped_steps(NULL), -1);
-}
+BAD_INPUT(tg_optim_skipped_steps, "opt", "NULL") { BI_EXPECT_VALUE(f, tg_optim_skipped_steps(NULL), -1); }
 
-BAD_INPUT(tg_optim_lr, "opt", "NULL")
-{
-    BI_EXPECT_NAN(f, tg_optim_lr(NULL));
-}
+BAD_INPUT(tg_optim_lr, "opt", "NULL") { BI_EXPECT_NAN(f, tg_optim_lr(NULL)); }
 
-BAD_INPUT(tg_optim_last_grad_norm, "opt", "NULL")
-{
-    BI_EXPECT_NAN(f, tg_optim_last_grad_norm(NULL));
-}
+BAD_INPUT(tg_optim_last_grad_norm, "opt", "NULL") { BI_EXPECT_NAN(f, tg_optim_last_grad_norm(NULL)); }
 
-BAD_INPUT(tg_optim_get_config, "opt", "NULL")
-{
-    BI_EXPECT_NULL(f, tg_optim_get_config(NULL));
-}
+BAD_INPUT(tg_optim_get_config, "opt", "NULL") { BI_EXPECT_NULL(f, tg_optim_get_config(NULL)); }
 
-BAD_INPUT(tg_optim_set_lr, "lr", "NaN")
-{
-    BI_EXPECT_STATUS(f, tg_optim_set_lr(f->optim, NAN));
-}
+BAD_INPUT(tg_optim_set_lr, "lr", "NaN") { BI_EXPECT_STATUS(f, tg_optim_set_lr(f->optim, NAN)); }
 
-BAD_INPUT(tg_optim_set_lr, "lr", "negative")
-{
-    BI_EXPECT_STATUS(f, tg_optim_set_lr(f->optim, -1.0));
-}
+BAD_INPUT(tg_optim_set_lr, "lr", "negative") { BI_EXPECT_STATUS(f, tg_optim_set_lr(f->optim, -1.0)); }
 
-BAD_INPUT(tg_optim_set_lr, "opt", "NULL")
-{
-    BI_EXPECT_STATUS(f, tg_optim_set_lr(NULL, 0.1));
-}
+BAD_INPUT(tg_optim_set_lr, "opt", "NULL") { BI_EXPECT_STATUS(f, tg_optim_set_lr(NULL, 0.1)); }
 
-BAD_INPUT(tg_optim_sync_master, "opt", "NULL")
-{
-    BI_EXPECT_STATUS(f, tg_optim_sync_master(NULL));
-}
+BAD_INPUT(tg_optim_sync_master, "opt", "NULL") { BI_EXPECT_STATUS(f, tg_optim_sync_master(NULL)); }
 
 BAD_INPUT(tg_optim_add_group, "lr_scale", "NaN")
 {
@@ -365,10 +269,7 @@ BAD_INPUT(tg_optim_set_group, "opt", "NULL")
     BI_EXPECT_STATUS(f, tg_optim_set_group(NULL, 0, (tg_optim_group){1.0, 0.0}));
 }
 
-BAD_INPUT(tg_optim_get_group, "group", "NULL")
-{
-    BI_EXPECT_STATUS(f, tg_optim_get_group(f->optim, 0, NULL));
-}
+BAD_INPUT(tg_optim_get_group, "group", "NULL") { BI_EXPECT_STATUS(f, tg_optim_get_group(f->optim, 0, NULL)); }
 
 BAD_INPUT(tg_optim_get_group, "index", "negative")
 {
@@ -396,30 +297,18 @@ BAD_INPUT(tg_optim_assign, "group", "a group that does not exist")
     BI_EXPECT_STATUS(f, tg_optim_assign(f->optim, "layer.*", 9, NULL));
 }
 
-BAD_INPUT(tg_optim_assign, "opt", "NULL")
-{
-    BI_EXPECT_STATUS(f, tg_optim_assign(NULL, "layer.*", 0, NULL));
-}
+BAD_INPUT(tg_optim_assign, "opt", "NULL") { BI_EXPECT_STATUS(f, tg_optim_assign(NULL, "layer.*", 0, NULL)); }
 
 BAD_INPUT(tg_optim_group_of, "name", "not in the store")
 {
     BI_EXPECT_VALUE(f, tg_optim_group_of(f->optim, "layer.gamma"), -1);
 }
 
-BAD_INPUT(tg_optim_group_of, "name", "NULL")
-{
-    BI_EXPECT_VALUE(f, tg_optim_group_of(f->optim, NULL), -1);
-}
+BAD_INPUT(tg_optim_group_of, "name", "NULL") { BI_EXPECT_VALUE(f, tg_optim_group_of(f->optim, NULL), -1); }
 
-BAD_INPUT(tg_optim_group_of, "opt", "NULL")
-{
-    BI_EXPECT_VALUE(f, tg_optim_group_of(NULL, "layer.bias"), -1);
-}
+BAD_INPUT(tg_optim_group_of, "opt", "NULL") { BI_EXPECT_VALUE(f, tg_optim_group_of(NULL, "layer.bias"), -1); }
 
-BAD_INPUT(tg_optim_default_no_decay, "name", "NULL")
-{
-    BI_EXPECT_VALUE(f, tg_optim_default_no_decay(NULL), false);
-}
+BAD_INPUT(tg_optim_default_no_decay, "name", "NULL") { BI_EXPECT_VALUE(f, tg_optim_default_no_decay(NULL), false); }
 
 BAD_INPUT(tg_optim_create, "lr", "NaN from tg_adamw_config")
 {
@@ -435,10 +324,7 @@ BAD_INPUT(tg_optim_create, "momentum", "1.5 from tg_sgd_config")
 
 /* ---- schedules ---------------------------------------------------------------------------------- */
 
-BAD_INPUT(tg_schedule_factor, "schedule", "NULL")
-{
-    BI_EXPECT_NAN(f, tg_schedule_factor(NULL, 3));
-}
+BAD_INPUT(tg_schedule_factor, "schedule", "NULL") { BI_EXPECT_NAN(f, tg_schedule_factor(NULL, 3)); }
 
 BAD_INPUT(tg_schedule_factor, "step", "negative")
 {
@@ -661,10 +547,7 @@ BAD_INPUT(tg_mamba_config_resolve, "embedding_std", "infinite")
     BI_EXPECT_STATUS(f, tg_mamba_config_resolve(&config, &resolved));
 }
 
-BAD_INPUT(tg_mamba_create, "config", "NULL")
-{
-    BI_EXPECT_NULL(f, tg_mamba_create(NULL, f->params, &f->rng));
-}
+BAD_INPUT(tg_mamba_create, "config", "NULL") { BI_EXPECT_NULL(f, tg_mamba_create(NULL, f->params, &f->rng)); }
 
 BAD_INPUT(tg_mamba_create, "params", "NULL")
 {
@@ -883,10 +766,7 @@ BAD_INPUT(tg_task_induction_fill, "targets", "NULL")
 
 /* ---- text ----------------------------------------------------------------------------------------- */
 
-BAD_INPUT(tg_text_load, "path", "NULL")
-{
-    BI_EXPECT_NULL(f, tg_text_load(NULL, NULL));
-}
+BAD_INPUT(tg_text_load, "path", "NULL") { BI_EXPECT_NULL(f, tg_text_load(NULL, NULL)); }
 
 BAD_INPUT(tg_text_load, "path", "a file that does not exist")
 {
@@ -925,15 +805,9 @@ BAD_INPUT(tg_text_load, "val_fraction", "1")
     BI_EXPECT_NULL(f, tg_text_load(f->checkpoint, &options));
 }
 
-BAD_INPUT(tg_text_from_memory, "data", "NULL")
-{
-    BI_EXPECT_NULL(f, tg_text_from_memory(NULL, 5, NULL));
-}
+BAD_INPUT(tg_text_from_memory, "data", "NULL") { BI_EXPECT_NULL(f, tg_text_from_memory(NULL, 5, NULL)); }
 
-BAD_INPUT(tg_text_from_memory, "size", "0")
-{
-    BI_EXPECT_NULL(f, tg_text_from_memory("abc", 0, NULL));
-}
+BAD_INPUT(tg_text_from_memory, "size", "0") { BI_EXPECT_NULL(f, tg_text_from_memory("abc", 0, NULL)); }
 
 BAD_INPUT(tg_text_from_memory, "data", "invalid UTF-8")
 {
@@ -966,55 +840,31 @@ BAD_INPUT(tg_text_from_memory, "val_fraction", "negative")
     BI_EXPECT_NULL(f, tg_text_from_memory("abc", 3, &options));
 }
 
-BAD_INPUT(tg_text_vocab_size, "text", "NULL")
-{
-    BI_EXPECT_VALUE(f, tg_text_vocab_size(NULL), -1);
-}
+BAD_INPUT(tg_text_vocab_size, "text", "NULL") { BI_EXPECT_VALUE(f, tg_text_vocab_size(NULL), -1); }
 
 BAD_INPUT(tg_text_length, "split", "a split that does not exist")
 {
     BI_EXPECT_VALUE(f, tg_text_length(f->text, (tg_text_split)2), -1);
 }
 
-BAD_INPUT(tg_text_length, "text", "NULL")
-{
-    BI_EXPECT_VALUE(f, tg_text_length(NULL, TG_TEXT_TRAIN), -1);
-}
+BAD_INPUT(tg_text_length, "text", "NULL") { BI_EXPECT_VALUE(f, tg_text_length(NULL, TG_TEXT_TRAIN), -1); }
 
 BAD_INPUT(tg_text_ids, "split", "a split that does not exist")
 {
     BI_EXPECT_NULL(f, tg_text_ids(f->text, (tg_text_split)-1));
 }
 
-BAD_INPUT(tg_text_ids, "text", "NULL")
-{
-    BI_EXPECT_NULL(f, tg_text_ids(NULL, TG_TEXT_VAL));
-}
+BAD_INPUT(tg_text_ids, "text", "NULL") { BI_EXPECT_NULL(f, tg_text_ids(NULL, TG_TEXT_VAL)); }
 
-BAD_INPUT(tg_text_char, "id", "past the vocabulary")
-{
-    BI_EXPECT_VALUE(f, tg_text_char(f->text, 1000), -1);
-}
+BAD_INPUT(tg_text_char, "id", "past the vocabulary") { BI_EXPECT_VALUE(f, tg_text_char(f->text, 1000), -1); }
 
-BAD_INPUT(tg_text_char, "id", "negative")
-{
-    BI_EXPECT_VALUE(f, tg_text_char(f->text, -1), -1);
-}
+BAD_INPUT(tg_text_char, "id", "negative") { BI_EXPECT_VALUE(f, tg_text_char(f->text, -1), -1); }
 
-BAD_INPUT(tg_text_char, "text", "NULL")
-{
-    BI_EXPECT_VALUE(f, tg_text_char(NULL, 0), -1);
-}
+BAD_INPUT(tg_text_char, "text", "NULL") { BI_EXPECT_VALUE(f, tg_text_char(NULL, 0), -1); }
 
-BAD_INPUT(tg_text_id, "character", "not in the corpus")
-{
-    BI_EXPECT_VALUE(f, tg_text_id(f->text, 'Z'), -1);
-}
+BAD_INPUT(tg_text_id, "character", "not in the corpus") { BI_EXPECT_VALUE(f, tg_text_id(f->text, 'Z'), -1); }
 
-BAD_INPUT(tg_text_id, "text", "NULL")
-{
-    BI_EXPECT_VALUE(f, tg_text_id(NULL, 'a'), -1);
-}
+BAD_INPUT(tg_text_id, "text", "NULL") { BI_EXPECT_VALUE(f, tg_text_id(NULL, 'a'), -1); }
 
 BAD_INPUT(tg_text_encode, "str", "a character outside the vocabulary")
 {
@@ -1313,10 +1163,7 @@ BAD_INPUT(tg_checkpoint_read_info, "path", "NULL")
     BI_EXPECT_STATUS(f, tg_checkpoint_read_info(NULL, &info));
 }
 
-BAD_INPUT(tg_checkpoint_info_clear, "info", "NULL")
-{
-    BI_EXPECT_NOTHING(f, tg_checkpoint_info_clear(NULL));
-}
+BAD_INPUT(tg_checkpoint_info_clear, "info", "NULL") { BI_EXPECT_NOTHING(f, tg_checkpoint_info_clear(NULL)); }
 
 /* ---- gradcheck ------------------------------------------------------------------------------------- */
 

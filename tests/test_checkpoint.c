@@ -141,7 +141,8 @@ static void assert_same_model(const char *what, const model *a, const model *b)
     free(sa.bytes), free(sb.bytes);
 }
 
-static const char *const CONFIG = "{\"model\": {\"dim\": 8, \"name\": \"tiny \\\"quoted\\\" ünïcode\\n\"}, \"lr\": 0.001}";
+static const char *const CONFIG =
+    "{\"model\": {\"dim\": 8, \"name\": \"tiny \\\"quoted\\\" ünïcode\\n\"}, \"lr\": 0.001}";
 
 static tg_checkpoint_info random_info(void)
 {
@@ -232,16 +233,19 @@ Test(checkpoint, file_layout_read_independently)
             cr_assert_eq(cJSON_GetArraySize(shape), oc_model[i].ndim);
             for (int d = 0; d < oc_model[i].ndim; d++)
                 cr_assert_eq((int64_t)cJSON_GetArrayItem(shape, d)->valuedouble, oc_model[i].shape[d]);
-            const unsigned char *want = k == 0 ? (const unsigned char *)tg_data(p)
-                                               : (const unsigned char *)buffers[k - 1].data + p->offset * 4;
+            const unsigned char *want =
+                k == 0 ? (const unsigned char *)tg_data(p) : (const unsigned char *)buffers[k - 1].data + p->offset * 4;
             cr_assert_eq(f.tensors[at].size, (size_t)tg_numel(p) * (k == 0 ? 2 : 4));
             cr_assert(memcmp(f.tensors[at].bytes, want, f.tensors[at].size) == 0, "%s: bytes differ", name);
             double begin = cJSON_GetArrayItem(cJSON_GetObjectItem(entry, "data_offsets"), 0)->valuedouble;
             cr_assert_eq((int64_t)begin % (k == 0 ? 2 : 4), 0, "%s is not aligned", name);
         }
     }
-    const char *expect[][2] = {{"format", "tapegrad.checkpoint"}, {"format_version", "2"}, {"optimizer", "adamw"},
-                               {"optimizer_step", "2"}, {"config", CONFIG}};
+    const char *expect[][2] = {{"format", "tapegrad.checkpoint"},
+                               {"format_version", "2"},
+                               {"optimizer", "adamw"},
+                               {"optimizer_step", "2"},
+                               {"config", CONFIG}};
     for (size_t k = 0; k < sizeof expect / sizeof *expect; k++)
         cr_assert_str_eq(cJSON_GetObjectItem(f.metadata, expect[k][0])->valuestring, expect[k][1], "%s", expect[k][0]);
     char step[32], rng[80], crc[16];
@@ -375,7 +379,6 @@ Test(checkpoint, every_save_killed_at_random_leaves_a_complete_checkpoint, .time
     scratch_remove(&s);
 }
 
-
 /* ---- damaged and mismatched files ---------------------------------------------------------------------- */
 
 static cJSON *entry_of(cJSON *root, const char *name)
@@ -410,7 +413,8 @@ static void shift_offsets(cJSON *root, const char *name, double delta)
         }
     }
     cJSON *offsets = cJSON_GetObjectItem(target, "data_offsets");
-    double moved[2] = {cJSON_GetArrayItem(offsets, 0)->valuedouble + delta, cJSON_GetArrayItem(offsets, 1)->valuedouble + delta};
+    double moved[2] = {cJSON_GetArrayItem(offsets, 0)->valuedouble + delta,
+                       cJSON_GetArrayItem(offsets, 1)->valuedouble + delta};
     cJSON_ReplaceItemInObject(target, "data_offsets", cJSON_CreateDoubleArray(moved, 2));
 }
 
@@ -440,8 +444,14 @@ static void edit_fractional_shape(cJSON *root)
     double dims[2] = {8, 12.5};
     cJSON_ReplaceItemInObject(entry_of(root, HEAD), "shape", cJSON_CreateDoubleArray(dims, 2));
 }
-static void edit_duplicate(cJSON *root) { cJSON_AddItemToObject(root, HEAD, cJSON_Duplicate(entry_of(root, HEAD), true)); }
-static void edit_metadata_number(cJSON *root) { cJSON_ReplaceItemInObject(entry_of(root, "__metadata__"), "step", cJSON_CreateNumber(3)); }
+static void edit_duplicate(cJSON *root)
+{
+    cJSON_AddItemToObject(root, HEAD, cJSON_Duplicate(entry_of(root, HEAD), true));
+}
+static void edit_metadata_number(cJSON *root)
+{
+    cJSON_ReplaceItemInObject(entry_of(root, "__metadata__"), "step", cJSON_CreateNumber(3));
+}
 static void edit_no_format(cJSON *root) { cJSON_DeleteItemFromObject(entry_of(root, "__metadata__"), "format"); }
 static void edit_version(cJSON *root) { set_string(entry_of(root, "__metadata__"), "format_version", "3"); }
 static void edit_rng(cJSON *root) { set_string(entry_of(root, "__metadata__"), "rng", "0123 4567"); }
@@ -494,8 +504,10 @@ static cf_blob with_header_tail(cf_blob b, const char *tail)
     cJSON *root = cf_header(b);
     char *json = cJSON_PrintUnformatted(root), *text = malloc(strlen(json) + 16);
     strcpy(text, json);
-    if (tail) strcat(text, tail);
-    else text[strlen(text) - 1] = '\0';
+    if (tail)
+        strcat(text, tail);
+    else
+        text[strlen(text) - 1] = '\0';
     cf_blob c = with_header_text(b, text);
     free(json), free(text);
     cJSON_Delete(root);
@@ -524,7 +536,8 @@ static int bad_cases(cf_blob good, bad_case *cases)
 {
     uint64_t header = cf_header_length(good), data = good.size - 8 - header;
     int n = 0;
-    const size_t cuts[] = {0, 3, 8, 8 + (size_t)header / 2, 8 + (size_t)header, 8 + (size_t)(header + data / 2), good.size - 1};
+    const size_t cuts[] = {
+        0, 3, 8, 8 + (size_t)header / 2, 8 + (size_t)header, 8 + (size_t)(header + data / 2), good.size - 1};
     for (size_t i = 0; i < sizeof cuts / sizeof *cuts; i++)
         cases[n++] = (bad_case){"truncated", copy_of(good, cuts[i]), {"truncated"}};
     cases[n++] = (bad_case){"length too big", with_length(good, good.size - 7), {"header length", "truncated"}};
@@ -551,16 +564,20 @@ static int bad_cases(cf_blob good, bad_case *cases)
     cases[n++] = (bad_case){"bad config", cf_edit_header(good, edit_config), {"config", "JSON"}};
     cases[n++] = (bad_case){"negative step", cf_edit_header(good, edit_step), {"step"}};
     cases[n++] = (bad_case){"huge step", cf_edit_header(good, edit_huge_step), {"\"step\"", "2^53"}};
-    cases[n++] = (bad_case){"huge optimizer step", cf_edit_header(good, edit_huge_optim_step), {"optimizer_step", "2^53"}};
+    cases[n++] =
+        (bad_case){"huge optimizer step", cf_edit_header(good, edit_huge_optim_step), {"optimizer_step", "2^53"}};
     cases[n++] = (bad_case){"bad checksum text", cf_edit_header(good, edit_crc_text), {"file_crc32"}};
     cf_blob flipped = copy_of(good, good.size);
     flipped.bytes[8 + header + (size_t)tt_randint(0, (int64_t)data - 1)] ^= (unsigned char)(1u << tt_randint(0, 7));
     cases[n++] = (bad_case){"a flipped bit", flipped, {"CRC-32", "corrupt"}};
     cases[n++] = (bad_case){"missing tensor", without(good, HEAD), {HEAD, "missing"}};
-    cases[n++] = (bad_case){"missing state", without(good, "optim.exp_avg_sq.backbone.layers.0.mixer.D"),
+    cases[n++] = (bad_case){"missing state",
+                            without(good, "optim.exp_avg_sq.backbone.layers.0.mixer.D"),
                             {"optim.exp_avg_sq.backbone.layers.0.mixer.D", "missing"}};
-    cases[n++] = (bad_case){"extra tensor", with_copy(good, HEAD, "lm_head.bias"), {"lm_head.bias", "not in the model"}};
-    cases[n++] = (bad_case){"extra state", with_copy(good, "optim.exp_avg." HEAD, "optim.velocity." HEAD),
+    cases[n++] =
+        (bad_case){"extra tensor", with_copy(good, HEAD, "lm_head.bias"), {"lm_head.bias", "not in the model"}};
+    cases[n++] = (bad_case){"extra state",
+                            with_copy(good, "optim.exp_avg." HEAD, "optim.velocity." HEAD),
                             {"optim.velocity." HEAD, "optimizer's state"}};
     return n;
 }
@@ -582,7 +599,8 @@ Test(checkpoint, any_one_byte_changed_anywhere_is_refused)
         const size_t at = k < header_end ? k : (size_t)tt_randint((int64_t)header_end, (int64_t)good.size - 1);
         const unsigned char was = good.bytes[at];
         good.bytes[at] ^= (unsigned char)tt_randint(1, 255);
-        tg_status status = tg_checkpoint_load_buffer(good.bytes, good.size, "edited", target.params, target.optim, NULL);
+        tg_status status =
+            tg_checkpoint_load_buffer(good.bytes, good.size, "edited", target.params, target.optim, NULL);
         good.bytes[at] = was;
         cr_assert_eq(status, TG_ERR_INVALID, "byte %zu of %zu changed: loaded (status %d)", at, good.size, status);
         cr_assert(strstr(tg_last_error(), "nothing was changed"), "byte %zu: %s", at, tg_last_error());
@@ -640,8 +658,14 @@ Test(checkpoint, version_1_files_still_load)
  * refuses it with the same rule the loader applies. */
 Test(checkpoint, a_name_no_file_can_hold_never_enters_a_store)
 {
-    const char *names[][2] = {{"__metadata__", "metadata"}, {"a\x01" "b", "control character"},
-                              {"caf\xe9", "UTF-8"}, {"\xc3", "UTF-8"}, {"optim.exp_avg.w", "optim."}, {"", "empty"}};
+    const char *names[][2] = {{"__metadata__", "metadata"},
+                              {"a\x01"
+                               "b",
+                               "control character"},
+                              {"caf\xe9", "UTF-8"},
+                              {"\xc3", "UTF-8"},
+                              {"optim.exp_avg.w", "optim."},
+                              {"", "empty"}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         tg_params *params = tg_params_create(TG_DEVICE_CPU);
         cr_assert(tg_params_add(params, "fine", TG_F32, 1, (int64_t[]){4}), "%s", tg_last_error());
@@ -774,10 +798,12 @@ Test(checkpoint, bad_files_are_refused_and_change_nothing)
                                                              target.params, target.optim, &info);
         const char *message = tg_last_error();
         cr_assert_eq(status, TG_ERR_INVALID, "%s: loaded (status %d)", cases[i].what, status);
-        cr_assert(strstr(message, "tg_checkpoint_load") && strstr(message, path) && strstr(message, "nothing was changed"),
+        cr_assert(strstr(message, "tg_checkpoint_load") && strstr(message, path) &&
+                      strstr(message, "nothing was changed"),
                   "%s: %s", cases[i].what, message);
         for (int w = 0; w < 3 && cases[i].words[w]; w++)
-            cr_assert(strstr(message, cases[i].words[w]), "%s: no '%s' in: %s", cases[i].what, cases[i].words[w], message);
+            cr_assert(strstr(message, cases[i].words[w]), "%s: no '%s' in: %s", cases[i].what, cases[i].words[w],
+                      message);
         snapshot now = snapshot_take(&target);
         cr_assert(memcmp(now.bytes, before.bytes, before.size) == 0, "%s: the model changed", cases[i].what);
         cr_assert(info.step == -7 && !strcmp(info.config, "untouched"), "%s: the info changed", cases[i].what);

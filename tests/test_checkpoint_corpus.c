@@ -45,8 +45,8 @@ static cf_blob state_of(const model *m, const char *dir)
     return b;
 }
 
-static void assert_refused(const char *what, tg_status status, const model *m, const cf_blob *before,
-                           const char *dir, const tg_checkpoint_info *info)
+static void assert_refused(const char *what, tg_status status, const model *m, const cf_blob *before, const char *dir,
+                           const tg_checkpoint_info *info)
 {
     cr_assert_eq(status, TG_ERR_INVALID, "%s: not refused (status %d)", what, status);
     cr_assert(strstr(tg_last_error(), "tg_checkpoint_load"), "%s: %s", what, tg_last_error());
@@ -90,8 +90,8 @@ Test(checkpoint_corpus, every_damaged_file_is_refused_and_changes_nothing, .time
         snprintf(path, sizeof path, "%s/%s", CORPUS_DIR, e->d_name);
         tg_checkpoint_info info = {.step = -3, .config = (char *)"untouched"};
         assert_refused(e->d_name, tg_checkpoint_load(path, m.params, m.optim, &info), &m, &before, dir, &info);
-        cr_assert(strstr(tg_last_error(), path) && strstr(tg_last_error(), "nothing was changed"), "%s: %s",
-                  e->d_name, tg_last_error());
+        cr_assert(strstr(tg_last_error(), path) && strstr(tg_last_error(), "nothing was changed"), "%s: %s", e->d_name,
+                  tg_last_error());
         cf_blob file = cf_read(path);
         assert_refused(e->d_name, tg_checkpoint_load_buffer(file.bytes, file.size, e->d_name, m.params, m.optim, &info),
                        &m, &before, dir, &info);

@@ -27,14 +27,16 @@ static tg_tensor *x_leaf(tg_tape *tape, tg_dtype dtype, layout lay, int64_t B, i
 
 /* The definition, written independently of the kernel: a causal window over x with the
  * history (or zeros) standing in for negative times. */
-static double reference_output(const tg_tensor *x, const tg_tensor *w, const tg_tensor *bias,
-                               const tg_tensor *init, bool silu, int64_t b, int64_t c, int64_t t)
+static double reference_output(const tg_tensor *x, const tg_tensor *w, const tg_tensor *bias, const tg_tensor *init,
+                               bool silu, int64_t b, int64_t c, int64_t t)
 {
     int64_t K = w->shape[1];
     double z = bias ? tg_get(bias, (int64_t[]){c}) : 0.0;
     for (int64_t k = 0; k < K; k++) {
         int64_t tau = t - (K - 1) + k; /* the input time tap k looks at */
-        double v = tau >= 0 ? tg_get(x, (int64_t[]){b, c, tau}) : init ? tg_get(init, (int64_t[]){b, c, K - 1 + tau}) : 0.0;
+        double v = tau >= 0 ? tg_get(x, (int64_t[]){b, c, tau})
+                   : init   ? tg_get(init, (int64_t[]){b, c, K - 1 + tau})
+                            : 0.0;
         z += tg_get(w, (int64_t[]){c, k}) * v;
     }
     return silu ? z / (1.0 + exp(-z)) : z;
@@ -123,7 +125,7 @@ Test(conv1d, edge_grid_gradcheck)
     /* Every edge the kernel has to get right, each with a random feature mix. */
     const int64_t edges[][4] = {
         /* B  C  L  K */
-        {1, 1, 1, 1}, {1, 1, 1, 4}, {1, 2, 3, 8}, {2, 1, 5, 3}, {1, 3, 2, 4}, /* L < K */
+        {1, 1, 1, 1}, {1, 1, 1, 4}, {1, 2, 3, 8}, {2, 1, 5, 3},  {1, 3, 2, 4}, /* L < K */
         {2, 2, 7, 1}, {2, 3, 9, 8}, {3, 2, 8, 2}, {1, 1, 12, 5},
     };
     for (size_t e = 0; e < sizeof edges / sizeof edges[0]; e++)
@@ -135,16 +137,16 @@ Test(conv1d, every_feature_combination)
 {
     for (int mask = 0; mask < 16; mask++) {
         conv_case cc = {mask & 1, mask & 2, mask & 4, mask & 8};
-        check_case(tt_randint(1, 3), tt_randint(1, 3), tt_randint(1, 8), tt_randint(1, 6),
-                   (layout)tt_randint(0, 2), cc);
+        check_case(tt_randint(1, 3), tt_randint(1, 3), tt_randint(1, 8), tt_randint(1, 6), (layout)tt_randint(0, 2),
+                   cc);
     }
 }
 
 Test(conv1d, random_shapes_gradcheck)
 {
     for (int r = 0; r < 12; r++)
-        check_case(tt_randint(1, 3), tt_randint(1, 4), tt_randint(1, 10), tt_randint(1, 8),
-                   (layout)tt_randint(0, 2), random_case());
+        check_case(tt_randint(1, 3), tt_randint(1, 4), tt_randint(1, 10), tt_randint(1, 8), (layout)tt_randint(0, 2),
+                   random_case());
 }
 
 Test(conv1d, large_input_uses_directional_check)
@@ -209,7 +211,8 @@ Test(conv1d, thread_count_changes_nothing)
         tg_tensor *w = tt_leaf(tape, TG_F32, 2, (int64_t[]){C, K}), *bias = tt_leaf(tape, TG_F32, 1, (int64_t[]){C});
         tg_tensor *dout = tt_randn(tape, TG_F32, 3, (int64_t[]){B, C, L});
         const int64_t n = B * C * L, counts[4] = {n, n, C * K, C};
-        float *base = malloc(sizeof(float) * (size_t)(2 * n + C * K + C)), *now = malloc(sizeof(float) * (size_t)(2 * n + C * K + C));
+        float *base = malloc(sizeof(float) * (size_t)(2 * n + C * K + C)),
+              *now = malloc(sizeof(float) * (size_t)(2 * n + C * K + C));
         const int threads[] = {1, 2, 3, 16};
         for (size_t k = 0; k < sizeof threads / sizeof threads[0]; k++) {
             tg_set_num_threads(threads[k]);
@@ -263,7 +266,8 @@ Test(conv1d, f32_matches_f64)
                                             &(tg_causal_conv1d_options){leaves64[2], leaves64[3], TG_ACT_SILU, NULL});
         cr_assert(out64 && out32, "%s", tg_last_error());
         cr_assert_lt(tt_rel_error(out32, out64), 1e-5);
-        cr_assert_eq(tg_backward_with_grad(tape, out64, tg_to_dtype(tape, dout32, TG_F64)), TG_OK, "%s", tg_last_error());
+        cr_assert_eq(tg_backward_with_grad(tape, out64, tg_to_dtype(tape, dout32, TG_F64)), TG_OK, "%s",
+                     tg_last_error());
         cr_assert_eq(tg_backward_with_grad(tape, out32, dout32), TG_OK, "%s", tg_last_error());
         /* dx and dinitial sum K products; dweight and dbias sum B·L of them, each of size
          * about |dout|·|x| (unit normals here, and silu' is at most 1.1) */
@@ -272,8 +276,8 @@ Test(conv1d, f32_matches_f64)
             if (tg_numel(leaves64[i]))
                 cr_assert(close_to_f64(leaves32[i]->grad, leaves64[i]->grad, 1e-5, terms[i], i == 1 ? 4.0 : 1.5),
                           "input %d: relative error %.3g (B %lld, C %lld, L %lld, K %lld)", i,
-                          tt_rel_error(leaves32[i]->grad, leaves64[i]->grad), (long long)B, (long long)C,
-                          (long long)L, (long long)K);
+                          tt_rel_error(leaves32[i]->grad, leaves64[i]->grad), (long long)B, (long long)C, (long long)L,
+                          (long long)K);
         tg_tape_free(tape);
     }
 }
@@ -310,15 +314,15 @@ Test(conv1d, bad_inputs_fail_cleanly)
     tt_assert_failed_with(&s, tg_causal_conv1d(tape, x64, w, NULL), op, "dtype", "f64", "f32", NULL);
     tt_assert_failed_with(&s, tg_causal_conv1d(tape, ids, w, NULL), op, "i32", NULL);
     tt_assert_failed_with(&s, tg_causal_conv1d(tape, cuda, w, NULL), op, "cuda", NULL);
-    tt_assert_failed_with(&s, tg_causal_conv1d(tape, x, w, &(tg_causal_conv1d_options){.bias = bias_wrong}), op,
-                          "bias", "[3]", NULL);
+    tt_assert_failed_with(&s, tg_causal_conv1d(tape, x, w, &(tg_causal_conv1d_options){.bias = bias_wrong}), op, "bias",
+                          "[3]", NULL);
     tt_assert_failed_with(&s, tg_causal_conv1d(tape, x, w, &(tg_causal_conv1d_options){.bias = bias64}), op, "bias",
                           "f64", NULL);
-    tt_assert_failed_with(&s,
-                          tg_causal_conv1d(tape, x, w,
-                                           &(tg_causal_conv1d_options){.initial_states = init_wrong,
-                                                                       .final_states = &final_states}),
-                          op, "initial_states", "[2, 3, 3]", NULL);
+    tt_assert_failed_with(
+        &s,
+        tg_causal_conv1d(tape, x, w,
+                         &(tg_causal_conv1d_options){.initial_states = init_wrong, .final_states = &final_states}),
+        op, "initial_states", "[2, 3, 3]", NULL);
     cr_assert_null(final_states, "a failed call must not hand out final states");
     tt_assert_failed_with(&s, tg_causal_conv1d(tape, x, w, &(tg_causal_conv1d_options){.activation = 7}), op,
                           "activation", NULL);

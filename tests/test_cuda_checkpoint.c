@@ -70,8 +70,8 @@ Test(cuda_checkpoint, device_models_round_trip_through_the_cpu)
         size_t n1, n2, n3;
         unsigned char *a = model_bytes(gpu, gpu_optim, &n1), *b = model_bytes(cpu, cpu_optim, &n2),
                       *c = model_bytes(again, again_optim, &n3);
-        cr_assert(n1 == n2 && n1 == n3 && !memcmp(a, b, n1) && !memcmp(a, c, n1), "%s: bytes differ after the round trip",
-                  tg_dtype_name(dtypes[d]));
+        cr_assert(n1 == n2 && n1 == n3 && !memcmp(a, b, n1) && !memcmp(a, c, n1),
+                  "%s: bytes differ after the round trip", tg_dtype_name(dtypes[d]));
         cr_assert_eq(tg_optim_step_count(cpu_optim), 3);
         /* A damaged file leaves the device model as it was. */
         FILE *f = fopen(path, "r+b");

@@ -128,8 +128,7 @@ static void check_case(conv_case cc)
     char what[160], item[200];
     describe(&cc, what, sizeof what);
     tg_tape *tape = tg_tape_create();
-    tg_tensor *cpu[4] = {x_in_layout(tape, &cc), weight_leaf(tape, &cc),
-                         tt_leaf(tape, cc.dtype, 1, (int64_t[]){cc.C}),
+    tg_tensor *cpu[4] = {x_in_layout(tape, &cc), weight_leaf(tape, &cc), tt_leaf(tape, cc.dtype, 1, (int64_t[]){cc.C}),
                          tt_leaf(tape, cc.dtype, 3, (int64_t[]){cc.B, cc.C, cc.K - 1})};
     tg_tensor *gcpu[2] = {tt_randn(tape, cc.dtype, 3, (int64_t[]){cc.B, cc.C, cc.L}),
                           tt_randn(tape, cc.dtype, 3, (int64_t[]){cc.B, cc.C, cc.K - 1})};
@@ -154,9 +153,9 @@ static void check_case(conv_case cc)
 
 static conv_case random_case(tg_dtype dtype)
 {
-    return (conv_case){tt_randint(1, 3), tt_randint(1, 70), tt_randint(1, 600), tt_randint(1, 16),
-                       (layout)tt_randint(0, 3), dtype, tt_randint(0, 1), tt_randint(0, 1), tt_randint(0, 1),
-                       tt_randint(0, 1)};
+    return (conv_case){
+        tt_randint(1, 3), tt_randint(1, 70), tt_randint(1, 600), tt_randint(1, 16), (layout)tt_randint(0, 3), dtype,
+        tt_randint(0, 1), tt_randint(0, 1),  tt_randint(0, 1),   tt_randint(0, 1)};
 }
 
 Test(cuda_conv1d, every_width_from_1_to_16)
@@ -191,8 +190,8 @@ Test(cuda_conv1d, f32_rows_with_silu_at_wide_widths)
     tt_require_cuda();
     for (int64_t K = 9; K <= 16; K++)
         for (int lay = 0; lay < 4; lay += 3) {
-            check_case((conv_case){2, 3, 3 * 1024 + 64 * K + 3, K, (layout)lay, TG_F32, K % 2 == 0, true, K % 3 == 0,
-                                   true});
+            check_case(
+                (conv_case){2, 3, 3 * 1024 + 64 * K + 3, K, (layout)lay, TG_F32, K % 2 == 0, true, K % 3 == 0, true});
             check_case((conv_case){4, 2, 1024, K, (layout)lay, TG_F32, true, true, false, K % 2 == 1});
         }
 }
@@ -223,7 +222,8 @@ Test(cuda_conv1d, channel_last_bf16_at_wide_widths)
     for (int64_t K = 9; K <= 16; K++) {
         check_case((conv_case){2, 40, 700 + K, K, LAYOUT_CHANNEL_LAST, TG_BF16, K % 2 == 0, K % 3 != 0, K % 4 == 0,
                                K % 2 == 1});
-        check_case((conv_case){1, 96, 2560 - 16 + K % 3, K, LAYOUT_CHANNEL_LAST, TG_BF16, true, K % 2 == 0, true, false});
+        check_case(
+            (conv_case){1, 96, 2560 - 16 + K % 3, K, LAYOUT_CHANNEL_LAST, TG_BF16, true, K % 2 == 0, true, false});
         check_case((conv_case){3, 8, K % 2 ? 130 : K - 3, K, LAYOUT_CHANNEL_LAST, TG_BF16, true, true, true, true});
     }
     check_case((conv_case){4, 512, 9 * 512 + 37, 16, LAYOUT_CHANNEL_LAST, TG_BF16, true, true, true, true});
@@ -235,8 +235,8 @@ Test(cuda_conv1d, edge_shapes)
     tt_require_cuda();
     const int64_t edges[][4] = {
         /* B  C  L  K */
-        {1, 1, 1, 1}, {1, 1, 1, 4}, {1, 1, 2, 4}, {1, 3, 3, 8}, {1, 1, 15, 16}, {3, 1, 1000, 4},
-        {1, 9, 1, 3}, {2, 33, 7, 2}, {1, 130, 5000, 4}, {4, 64, 2049, 3},
+        {1, 1, 1, 1},    {1, 1, 1, 4}, {1, 1, 2, 4},  {1, 3, 3, 8},      {1, 1, 15, 16},
+        {3, 1, 1000, 4}, {1, 9, 1, 3}, {2, 33, 7, 2}, {1, 130, 5000, 4}, {4, 64, 2049, 3},
     };
     for (size_t e = 0; e < sizeof edges / sizeof edges[0]; e++)
         for (int lay = 0; lay < 4; lay++)
@@ -379,10 +379,10 @@ Test(cuda_conv1d, weight_sums_from_several_blocks)
     tt_require_cuda();
     const int64_t batches[5] = {4, 6, 16, 18, 33}, lengths[5] = {3000, 3000, 4000, 4000, 8000};
     for (int i = 0; i < 5; i++) {
-        check_case((conv_case){batches[i], 3, lengths[i], 4, LAYOUT_CHANNEL_FIRST, TG_F32, true, true,
-                               tt_randint(0, 1), true});
-        check_case((conv_case){batches[i], 3, 2 * lengths[i], 3, LAYOUT_CHANNEL_FIRST, TG_BF16, tt_randint(0, 1),
-                               true, false, true});
+        check_case((conv_case){batches[i], 3, lengths[i], 4, LAYOUT_CHANNEL_FIRST, TG_F32, true, true, tt_randint(0, 1),
+                               true});
+        check_case((conv_case){batches[i], 3, 2 * lengths[i], 3, LAYOUT_CHANNEL_FIRST, TG_BF16, tt_randint(0, 1), true,
+                               false, true});
     }
     check_case((conv_case){6, 8, 4 * 4096, 8, LAYOUT_CHANNEL_FIRST, TG_BF16, true, true, true, true});
 }
@@ -472,7 +472,8 @@ static void check_big_case(const big_case *bc)
     tg_tensor *x = zeros_on_gpu(tape, bc), *dout = zeros_on_gpu(tape, bc);
     cr_assert(x && dout, "%s: %s", what, tg_last_error());
     cr_assert_eq(tg_set_requires_grad(x, true), TG_OK, "%s", tg_last_error());
-    tg_tensor *w_cpu = tt_leaf(tape, TG_BF16, 2, (int64_t[]){C, K}), *bias_cpu = tt_leaf(tape, TG_BF16, 1, (int64_t[]){C});
+    tg_tensor *w_cpu = tt_leaf(tape, TG_BF16, 2, (int64_t[]){C, K}),
+              *bias_cpu = tt_leaf(tape, TG_BF16, 1, (int64_t[]){C});
     tg_tensor *w = tt_cuda_twin(tape, w_cpu, false), *bias = tt_cuda_twin(tape, bias_cpu, false);
     tg_tensor *w64 = tt_f64_copy(tape, w_cpu, false), *bias64 = tt_f64_copy(tape, bias_cpu, false);
     cr_assert_eq(tg_set_requires_grad(w64, true), TG_OK);
@@ -590,14 +591,15 @@ Test(cuda_conv1d, outputs_whose_steps_are_not_16_byte_aligned)
         }
         cr_assert(cu_bitwise_equal(tape, out[0], out[1]), "%s: out differs with unaligned steps", what);
         cr_assert(cu_bitwise_equal(tape, dx[0], dx[1]), "%s: dx differs with unaligned steps", what);
-        cr_assert(cu_bitwise_equal(tape, dw[0], dw[1]) && cu_bitwise_equal(tape, db[0], db[1]), "%s: dw or dbias", what);
+        cr_assert(cu_bitwise_equal(tape, dw[0], dw[1]) && cu_bitwise_equal(tape, db[0], db[1]), "%s: dw or dbias",
+                  what);
         tg_tensor *padding[2] = {cu_host(tape, out_base[1]), cu_host(tape, dx_base[1])};
         const int64_t row_length = out_base[1]->shape[2];
         for (int p = 0; p < 2; p++)
             for (int64_t row = 0; row < B * L; row++)
                 for (int64_t c = C; c < row_length; c++)
-                    cr_assert_eq(tg_get_flat(padding[p], row * row_length + c), fill, "%s: %s written between rows", what,
-                                 p ? "dx" : "out");
+                    cr_assert_eq(tg_get_flat(padding[p], row * row_length + c), fill, "%s: %s written between rows",
+                                 what, p ? "dx" : "out");
         tg_tape_free(tape);
     }
 }
@@ -613,7 +615,8 @@ Test(cuda_conv1d, gradients_are_bitwise_repeatable)
         layout lay;
         tg_dtype dtype;
         int64_t K;
-    } configs[] = {{LAYOUT_CHANNEL_FIRST, TG_F32, 4}, {LAYOUT_CHANNEL_LAST, TG_F32, 4}, {LAYOUT_CHANNEL_LAST, TG_BF16, 16}};
+    } configs[] = {
+        {LAYOUT_CHANNEL_FIRST, TG_F32, 4}, {LAYOUT_CHANNEL_LAST, TG_F32, 4}, {LAYOUT_CHANNEL_LAST, TG_BF16, 16}};
     for (size_t ci = 0; ci < sizeof configs / sizeof configs[0]; ci++) {
         tg_tape *tape = tg_tape_create();
         const int64_t B = 4, L = 3000, K = configs[ci].K;
@@ -669,7 +672,8 @@ Test(cuda_conv1d, silu_slope_of_the_16bit_backward_within_a_step)
                 tg_tensor *d = tt_randn(tape, dtype, 3, (int64_t[]){B, C, L});
                 tg_tensor *xg = tt_cuda_twin(tape, x, true), *wg = tt_cuda_twin(tape, w, false);
                 tg_tensor *dg = tt_cuda_twin(tape, d, false);
-                tg_tensor *out = tg_causal_conv1d(tape, xg, wg, &(tg_causal_conv1d_options){NULL, NULL, TG_ACT_SILU, NULL});
+                tg_tensor *out =
+                    tg_causal_conv1d(tape, xg, wg, &(tg_causal_conv1d_options){NULL, NULL, TG_ACT_SILU, NULL});
                 cr_assert(out, "%s", tg_last_error());
                 cr_assert_eq(tg_backward_with_grad(tape, out, dg), TG_OK, "%s", tg_last_error());
                 /* z and dout as stored (rounded to the dtype), dx in logical (B, C, L) order */

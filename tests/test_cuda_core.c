@@ -76,13 +76,13 @@ Test(cuda_core, host_device_copies_round_trip_every_dtype_and_layout)
                      "%s round trip", tg_dtype_name(dtypes[d]));
         /* a strided device view, written from the host and read back through another dtype */
         tg_tensor *base = tg_zeros(tape, dtypes[d], TG_DEVICE_CUDA, 3, (int64_t[]){shape[1], shape[0], 2 * shape[2]});
-        tg_tensor *view = tg_view(tape, base, 3, shape,
-                                  (int64_t[]){base->strides[1], base->strides[0], 2}, 1);
+        tg_tensor *view = tg_view(tape, base, 3, shape, (int64_t[]){base->strides[1], base->strides[0], 2}, 1);
         cr_assert_eq(tg_copy(view, cpu), TG_OK, "%s", tg_last_error());
         double *values = malloc(sizeof(double) * (size_t)tg_numel(cpu));
         cr_assert_eq(tg_copy_to_host(view, values, TG_F64), TG_OK, "%s", tg_last_error());
         for (int64_t i = 0; i < tg_numel(cpu); i++)
-            cr_assert_eq(values[i], tg_get_flat(cpu, i), "%s strided element %lld", tg_dtype_name(dtypes[d]), (long long)i);
+            cr_assert_eq(values[i], tg_get_flat(cpu, i), "%s strided element %lld", tg_dtype_name(dtypes[d]),
+                         (long long)i);
         free(values);
     }
     tg_tape_free(tape);

@@ -18,9 +18,15 @@ static const struct {
     unary_op_fn fn;
     bool positive_input; /* log needs x > 0 */
 } unary_ops[] = {
-    {"tg_scale", scale_by_minus_1_7, false}, {"tg_neg", tg_neg, false},         {"tg_exp", tg_exp, false},
-    {"tg_log", tg_log, true},          {"tg_tanh", tg_tanh, false},       {"tg_sigmoid", tg_sigmoid, false},
-    {"tg_silu", tg_silu, false},       {"tg_softplus", tg_softplus, false}, {"tg_relu", tg_relu, false},
+    {"tg_scale", scale_by_minus_1_7, false},
+    {"tg_neg", tg_neg, false},
+    {"tg_exp", tg_exp, false},
+    {"tg_log", tg_log, true},
+    {"tg_tanh", tg_tanh, false},
+    {"tg_sigmoid", tg_sigmoid, false},
+    {"tg_silu", tg_silu, false},
+    {"tg_softplus", tg_softplus, false},
+    {"tg_relu", tg_relu, false},
 };
 #define N_UNARY (sizeof unary_ops / sizeof unary_ops[0])
 
@@ -43,8 +49,10 @@ static void keep_away_from_zero(tg_tensor *x, bool positive)
 {
     for (int64_t i = 0; i < tg_numel(x); i++) {
         double v = tg_get_flat(x, i);
-        if (positive) v = fabs(v) + 0.1;
-        else if (fabs(v) < 0.1) v = v < 0 ? -0.1 - fabs(v) : 0.1 + v;
+        if (positive)
+            v = fabs(v) + 0.1;
+        else if (fabs(v) < 0.1)
+            v = v < 0 ? -0.1 - fabs(v) : 0.1 + v;
         tg_set_flat(x, i, v);
     }
 }
@@ -68,8 +76,7 @@ static void check_unary(size_t k, tg_tensor *x, double tolerance, const char *wh
     cu_assert_within(gpu, what, yc, y, tolerance);
     tg_tensor *dy = tt_randn(cpu, x->dtype, y->ndim, y->shape);
     cr_assert_eq(tg_backward_with_grad(cpu, y, dy), TG_OK, "%s: %s", what, tg_last_error());
-    cr_assert_eq(tg_backward_with_grad(gpu, yc, tt_cuda_twin(gpu, dy, false)), TG_OK, "%s: %s", what,
-                 tg_last_error());
+    cr_assert_eq(tg_backward_with_grad(gpu, yc, tt_cuda_twin(gpu, dy, false)), TG_OK, "%s: %s", what, tg_last_error());
     char grad_what[160];
     snprintf(grad_what, sizeof grad_what, "%s: dx", what);
     cu_assert_within(gpu, grad_what, xc->grad, x->grad, tolerance);
@@ -86,8 +93,7 @@ static void check_binary(size_t k, tg_tensor *a, tg_tensor *b, double tolerance,
     cu_assert_within(gpu, what, yc, y, tolerance);
     tg_tensor *dy = tt_randn(cpu, a->dtype, y->ndim, y->shape);
     cr_assert_eq(tg_backward_with_grad(cpu, y, dy), TG_OK, "%s: %s", what, tg_last_error());
-    cr_assert_eq(tg_backward_with_grad(gpu, yc, tt_cuda_twin(gpu, dy, false)), TG_OK, "%s: %s", what,
-                 tg_last_error());
+    cr_assert_eq(tg_backward_with_grad(gpu, yc, tt_cuda_twin(gpu, dy, false)), TG_OK, "%s: %s", what, tg_last_error());
     char grad_what[160];
     snprintf(grad_what, sizeof grad_what, "%s: da", what);
     cu_assert_within(gpu, grad_what, ac->grad, a->grad, tolerance);

@@ -25,8 +25,7 @@ static void check_embedding(tg_tensor *table, tg_tensor *ids, const char *what)
     cu_assert_equal(gpu, what, yc, y);
     tg_tensor *dy = tt_randn(cpu, table->dtype, y->ndim, y->shape);
     cr_assert_eq(tg_backward_with_grad(cpu, y, dy), TG_OK, "%s: %s", what, tg_last_error());
-    cr_assert_eq(tg_backward_with_grad(gpu, yc, tt_cuda_twin(gpu, dy, false)), TG_OK, "%s: %s", what,
-                 tg_last_error());
+    cr_assert_eq(tg_backward_with_grad(gpu, yc, tt_cuda_twin(gpu, dy, false)), TG_OK, "%s: %s", what, tg_last_error());
     char grad_what[160];
     snprintf(grad_what, sizeof grad_what, "%s: dtable", what);
     cu_assert_equal(gpu, grad_what, tc->grad, table->grad);
@@ -163,8 +162,7 @@ Test(cuda_embedding, empty_ids_give_an_empty_result_and_a_zero_gradient)
     tg_tensor *table = tt_cuda_twin(tape, random_table(tape, TG_F32, vocab, dim, false), false);
     tg_tensor *ids = tg_empty(tape, TG_I32, TG_DEVICE_CUDA, 2, (int64_t[]){3, 0});
     tg_tensor *y = tg_embedding(tape, table, ids);
-    cr_assert(y && y->ndim == 3 && y->shape[0] == 3 && y->shape[1] == 0 && y->shape[2] == dim, "%s",
-              tg_last_error());
+    cr_assert(y && y->ndim == 3 && y->shape[0] == 3 && y->shape[1] == 0 && y->shape[2] == dim, "%s", tg_last_error());
     tg_tensor *dy = tg_empty(tape, TG_F32, TG_DEVICE_CUDA, 3, y->shape);
     cr_assert_eq(tg_backward_with_grad(tape, y, dy), TG_OK, "%s", tg_last_error());
     tg_tensor *h = cu_host(tape, table->grad);

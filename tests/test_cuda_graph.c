@@ -75,8 +75,7 @@ static tg_graph *capture(trainer *t)
     tg_graph *graph = tg_graph_end();
     cr_assert(graph, "%s", tg_last_error());
     cr_assert(!tg_graph_capturing());
-    cr_assert(tg_graph_node_count(graph) > 10, "a whole step is many kernels, not %zu",
-              tg_graph_node_count(graph));
+    cr_assert(tg_graph_node_count(graph) > 10, "a whole step is many kernels, not %zu", tg_graph_node_count(graph));
     tg_tape_reset(t->tape);
     return graph;
 }
@@ -97,7 +96,8 @@ static void replay_matches_direct(tg_dtype dtype)
     tt_require_cuda();
     const uint64_t seed = tg_rng_next(tt_rng());
     trainer direct = trainer_new(dtype, seed, 1.0), graphed = trainer_new(dtype, seed, 1.0);
-    int32_t *ids = malloc(sizeof(int32_t) * STEPS * BATCH * SEQ), *targets = malloc(sizeof(int32_t) * STEPS * BATCH * SEQ);
+    int32_t *ids = malloc(sizeof(int32_t) * STEPS * BATCH * SEQ),
+            *targets = malloc(sizeof(int32_t) * STEPS * BATCH * SEQ);
     random_batches(ids, targets);
     tg_graph *graph = NULL;
     for (int step = 0; step < STEPS; step++) {
@@ -121,8 +121,8 @@ static void replay_matches_direct(tg_dtype dtype)
     tg_tape *tape = tg_tape_create();
     for (size_t i = 0; i < tg_params_count(direct.params); i++) {
         const tg_tensor *a = tg_params_get(direct.params, i), *b = tg_params_get(graphed.params, i);
-        cr_assert(cu_bitwise_equal(tape, a, b), "%s (%s): replayed steps differ from direct ones (seed %llu)",
-                  a->name, tg_dtype_name(dtype), (unsigned long long)tt_seed());
+        cr_assert(cu_bitwise_equal(tape, a, b), "%s (%s): replayed steps differ from direct ones (seed %llu)", a->name,
+                  tg_dtype_name(dtype), (unsigned long long)tt_seed());
     }
     /* and the parameters moved: the replays did train */
     trainer fresh = trainer_new(dtype, seed, 1.0);
@@ -281,8 +281,8 @@ Test(cuda_graph, the_graph_keeps_its_memory_until_freed)
         float *values = malloc(sizeof(float) * (size_t)numel);
         cr_assert_eq(tg_copy_to_host(kept[i], values, TG_F32), TG_OK, "%s", tg_last_error());
         for (int64_t j = 0; j < numel; j++)
-            cr_assert(values[j] == (float)i, "tensor %d of %lld elements was overwritten by a replay (element %lld)",
-                      i, (long long)numel, (long long)j);
+            cr_assert(values[j] == (float)i, "tensor %d of %lld elements was overwritten by a replay (element %lld)", i,
+                      (long long)numel, (long long)j);
         free(values);
         tg_tensor_free(kept[i]);
     }

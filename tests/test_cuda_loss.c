@@ -66,7 +66,8 @@ Test(cuda_cross_entropy, all_rows_ignored_gives_zero_loss_and_zero_gradient)
     tg_tape *tape = tg_tape_create();
     int64_t shape[2] = {tt_randint(1, 50), tt_randint(1, 50)};
     tg_tensor *logits = tt_cuda_twin(tape, tt_leaf(tape, TG_F32, 2, shape), false);
-    tg_tensor *targets = tt_cuda_twin(tape, lc_random_targets(tape, 1, shape, (int32_t)shape[1], false, IGNORE, 1.0), false);
+    tg_tensor *targets =
+        tt_cuda_twin(tape, lc_random_targets(tape, 1, shape, (int32_t)shape[1], false, IGNORE, 1.0), false);
     /* The loss and the gradient start in NaN-filled memory: both must be written. */
     cu_dirty_device_memory(1, TG_F32, 4);
     cu_dirty_device_memory(shape[0] * shape[1], TG_F32, 4);
@@ -85,7 +86,8 @@ Test(cuda_cross_entropy, loss_and_gradient_are_reproducible)
     tg_tape *tape = tg_tape_create();
     int64_t shape[2] = {tt_randint(2000, 3000), tt_randint(500, 1500)};
     tg_tensor *logits = tt_leaf(tape, TG_F32, 2, shape);
-    tg_tensor *targets = tt_cuda_twin(tape, lc_random_targets(tape, 1, shape, (int32_t)shape[1], false, IGNORE, 0.1), false);
+    tg_tensor *targets =
+        tt_cuda_twin(tape, lc_random_targets(tape, 1, shape, (int32_t)shape[1], false, IGNORE, 0.1), false);
     tg_tensor *cl[2], *loss[2];
     for (int run = 0; run < 2; run++) {
         cl[run] = tt_cuda_twin(tape, logits, false);
@@ -106,8 +108,8 @@ static void assert_names_target(int32_t value, int ndim, const int64_t *position
     snprintf(expected_value, sizeof expected_value, "target %d", (int)value);
     tg_shape_str(ndim, position, expected_position, sizeof expected_position);
     const char *message = tg_last_error();
-    cr_assert(strstr(message, expected_value) && strstr(message, expected_position),
-              "expected \"%s\" at %s in: %s", expected_value, expected_position, message);
+    cr_assert(strstr(message, expected_value) && strstr(message, expected_position), "expected \"%s\" at %s in: %s",
+              expected_value, expected_position, message);
 }
 
 Test(cuda_cross_entropy, first_bad_target_is_named_by_position)
@@ -147,10 +149,10 @@ Test(cuda_cross_entropy, mixed_devices_fail_cleanly)
     tg_tensor *targets = lc_random_targets(tape, 1, shape, 5, false, IGNORE, 0.0);
     tg_tensor *clogits = tt_cuda_twin(tape, logits, false), *ctargets = tt_cuda_twin(tape, targets, false);
     tt_state s = tt_snapshot(tape);
-    tt_assert_failed_with(&s, tg_cross_entropy(tape, clogits, targets, IGNORE), "tg_cross_entropy",
-                          "different devices", "cpu", "cuda", NULL);
-    tt_assert_failed_with(&s, tg_cross_entropy(tape, logits, ctargets, IGNORE), "tg_cross_entropy",
-                          "different devices", NULL);
+    tt_assert_failed_with(&s, tg_cross_entropy(tape, clogits, targets, IGNORE), "tg_cross_entropy", "different devices",
+                          "cpu", "cuda", NULL);
+    tt_assert_failed_with(&s, tg_cross_entropy(tape, logits, ctargets, IGNORE), "tg_cross_entropy", "different devices",
+                          NULL);
     for (int64_t i = 0; i < 15; i++) cr_assert_eq(tg_get_flat(logits->grad, i), 0.0);
     tg_tensor *host_grad = cu_host(tape, clogits->grad);
     for (int64_t i = 0; i < 15; i++) cr_assert_eq(tg_get_flat(host_grad, i), 0.0);
@@ -168,8 +170,8 @@ Test(cuda_count_correct, counts_equal_the_cpus)
         for (int64_t i = 0; i < tg_numel(logits); i += tt_randint(1, 7)) tg_set_flat(logits, i, 0.75); /* ties */
         tg_tensor *targets = lc_random_targets(tape, 2, shape, (int32_t)shape[2], round % 4 == 1, IGNORE, 0.3);
         tg_tensor *hits = tg_count_correct(tape, logits, targets, IGNORE);
-        tg_tensor *chits = tg_count_correct(tape, tt_cuda_twin(tape, logits, true), tt_cuda_twin(tape, targets, true),
-                                            IGNORE);
+        tg_tensor *chits =
+            tg_count_correct(tape, tt_cuda_twin(tape, logits, true), tt_cuda_twin(tape, targets, true), IGNORE);
         cu_assert_equal(tape, "tg_count_correct", chits, hits);
         tg_tape_free(tape);
     }

@@ -113,7 +113,10 @@ Test(cuda_mamba, recomputed_activations_give_the_gradients_of_kept_ones_in_less_
         tg_params *params[2];
         tg_mamba *models[2];
         for (int m = 0; m < 2; m++) {
-            tg_mamba_config config = {.vocab_size = 19, .d_model = 64, .n_layer = 3, .dtype = dtypes[k],
+            tg_mamba_config config = {.vocab_size = 19,
+                                      .d_model = 64,
+                                      .n_layer = 3,
+                                      .dtype = dtypes[k],
                                       .activations = m ? TG_ACTIVATIONS_AUTO : TG_ACTIVATIONS_KEEP};
             models[m] = model_on(TG_DEVICE_CUDA, &config, seed, &params[m]);
         }
@@ -129,8 +132,8 @@ Test(cuda_mamba, recomputed_activations_give_the_gradients_of_kept_ones_in_less_
                   tg_dtype_name(dtypes[k]), loss[0], loss[1]);
         for (int64_t i = 0; i < tg_params_numel(params[0]); i++)
             cr_assert(memcmp(&grads[0][i], &grads[1][i], sizeof(double)) == 0 && isfinite(grads[0][i]),
-                      "%s gradient element %lld: %.17g kept, %.17g recomputed", tg_dtype_name(dtypes[k]),
-                      (long long)i, grads[0][i], grads[1][i]);
+                      "%s gradient element %lld: %.17g kept, %.17g recomputed", tg_dtype_name(dtypes[k]), (long long)i,
+                      grads[0][i], grads[1][i]);
         /* u and delta: 2·B·d_inner·L elements per layer, of which all but one layer's come off */
         const size_t saved = (size_t)2 * 4 * 128 * 512 * tg_dtype_size(dtypes[k]) * 2;
         cr_assert(peak[1] + saved <= peak[0], "%s: peak %zu bytes recomputing, %zu keeping", tg_dtype_name(dtypes[k]),

@@ -54,8 +54,7 @@ static void compare_kind(batch_kind kind, const layout *a_layouts, int n_a_layou
             }
 }
 
-static const layout every_layout[LAYOUT_COUNT] = {LAYOUT_CONTIGUOUS, LAYOUT_STRIDED, LAYOUT_TRANSPOSED,
-                                                  LAYOUT_PADDED};
+static const layout every_layout[LAYOUT_COUNT] = {LAYOUT_CONTIGUOUS, LAYOUT_STRIDED, LAYOUT_TRANSPOSED, LAYOUT_PADDED};
 
 Test(cuda_matmul, matrices_and_batches_match_cpu)
 {

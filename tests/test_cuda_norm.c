@@ -141,8 +141,7 @@ Test(cuda_rmsnorm, mixed_devices_fail_cleanly)
     tg_tensor *x = tt_leaf(tape, TG_F32, 2, (int64_t[]){2, 3}), *w = tt_leaf(tape, TG_F32, 1, (int64_t[]){3});
     tg_tensor *cx = tt_cuda_twin(tape, x, false), *cw = tt_cuda_twin(tape, w, false);
     tt_state s = tt_snapshot(tape);
-    tt_assert_failed_with(&s, tg_rmsnorm(tape, x, cw, 1e-5), "tg_rmsnorm", "different devices", "cpu", "cuda",
-                          NULL);
+    tt_assert_failed_with(&s, tg_rmsnorm(tape, x, cw, 1e-5), "tg_rmsnorm", "different devices", "cpu", "cuda", NULL);
     tt_assert_failed_with(&s, tg_rmsnorm(tape, cx, w, 1e-5), "tg_rmsnorm", "different devices", NULL);
     for (int64_t i = 0; i < 6; i++) cr_assert_eq(tg_get_flat(x->grad, i), 0.0);
     tg_tensor *host_grad = cu_host(tape, cw->grad);
@@ -168,8 +167,8 @@ static void compare_add_case(tg_dtype dtype, int ndim, const int64_t *shape, boo
 {
     tg_tape *tape = tg_tape_create();
     int64_t d = shape[ndim - 1];
-    tg_tensor *in[3] = {cu_input(tape, dtype, ndim, shape, strided, true), cu_input(tape, dtype, ndim, shape, false, true),
-                        cu_input(tape, dtype, 1, &d, strided, true)};
+    tg_tensor *in[3] = {cu_input(tape, dtype, ndim, shape, strided, true),
+                        cu_input(tape, dtype, ndim, shape, false, true), cu_input(tape, dtype, 1, &d, strided, true)};
     tg_tensor *cin[3];
     for (int i = 0; i < 3; i++) cin[i] = tt_cuda_twin(tape, in[i], true);
     char what[160], dims[64];

@@ -34,7 +34,8 @@ static void master_to_host(const tg_optim *opt, int64_t n, float *out)
                          "%s", tg_last_error());
             return;
         }
-    cr_assert_fail("the optimizer of a %s store has no master", tg_dtype_name(tg_params_get(tg_optim_params(opt), 0)->dtype));
+    cr_assert_fail("the optimizer of a %s store has no master",
+                   tg_dtype_name(tg_params_get(tg_optim_params(opt), 0)->dtype));
 }
 
 /* STEPS steps of the optimizer on a store of the device, from the given values and
@@ -66,7 +67,8 @@ static void compare(tg_optim_config config)
         tg_params *shape = oc_store(TG_F32, TG_DEVICE_CPU);
         int64_t n = tg_params_numel(shape);
         tg_params_free(shape);
-        double *values = oc_random(n, 1.0, true), *grads[STEPS], *cpu = malloc((size_t)n * 8), *cuda = malloc((size_t)n * 8);
+        double *values = oc_random(n, 1.0, true), *grads[STEPS], *cpu = malloc((size_t)n * 8),
+               *cuda = malloc((size_t)n * 8);
         for (int s = 0; s < STEPS; s++) grads[s] = oc_random(n, 2.0, true);
         run(TG_DEVICE_CPU, dtypes[d], &config, values, grads, cpu, NULL);
         run(TG_DEVICE_CUDA, dtypes[d], &config, values, grads, cuda, NULL);
@@ -140,7 +142,8 @@ static void check_master_follows(const tg_optim_config *config)
     tg_params *shape = oc_store(TG_F32, TG_DEVICE_CPU);
     int64_t n = tg_params_numel(shape);
     tg_params_free(shape);
-    double *values = oc_random(n, 1.0, true), *grads[STEPS], *low = malloc((size_t)n * 8), *full = malloc((size_t)n * 8);
+    double *values = oc_random(n, 1.0, true), *grads[STEPS], *low = malloc((size_t)n * 8),
+           *full = malloc((size_t)n * 8);
     float *master = malloc((size_t)n * sizeof *master);
     for (int s = 0; s < STEPS; s++) grads[s] = oc_random(n, 1.0, true);
     run(TG_DEVICE_CUDA, TG_BF16, config, values, grads, low, master);
@@ -176,7 +179,8 @@ Test(cuda_optim, steps_repeat_bit_for_bit)
     tg_params *shape = oc_store(TG_F32, TG_DEVICE_CPU);
     int64_t n = tg_params_numel(shape);
     tg_params_free(shape);
-    double *values = oc_random(n, 1.0, true), *grads[STEPS], *first = malloc((size_t)n * 8), *second = malloc((size_t)n * 8);
+    double *values = oc_random(n, 1.0, true), *grads[STEPS], *first = malloc((size_t)n * 8),
+           *second = malloc((size_t)n * 8);
     for (int s = 0; s < STEPS; s++) grads[s] = oc_random(n, 1.0, true);
     tg_optim_config config = tg_adamw_config(1e-2);
     config.max_grad_norm = 1.0;

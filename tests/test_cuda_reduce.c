@@ -39,8 +39,7 @@ static void check_reduce(size_t k, tg_tensor *x, int axis, bool keepdim, const c
     cu_assert_within(gpu, what, yc, y, tolerance_of(x->dtype));
     tg_tensor *dy = tt_randn(cpu, x->dtype, y->ndim, y->shape);
     cr_assert_eq(tg_backward_with_grad(cpu, y, dy), TG_OK, "%s: %s", what, tg_last_error());
-    cr_assert_eq(tg_backward_with_grad(gpu, yc, tt_cuda_twin(gpu, dy, false)), TG_OK, "%s: %s", what,
-                 tg_last_error());
+    cr_assert_eq(tg_backward_with_grad(gpu, yc, tt_cuda_twin(gpu, dy, false)), TG_OK, "%s: %s", what, tg_last_error());
     char grad_what[160];
     snprintf(grad_what, sizeof grad_what, "%s: dx", what);
     cu_assert_within(gpu, grad_what, xc->grad, x->grad, tolerance_of(x->dtype));

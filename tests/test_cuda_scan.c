@@ -11,7 +11,14 @@
 
 #include <stdio.h>
 
-typedef enum { LAYOUT_CONTIGUOUS, LAYOUT_PADDED, LAYOUT_STRIDED, LAYOUT_CHANNEL_LAST, LAYOUT_MISALIGNED, LAYOUT_COUNT } layout;
+typedef enum {
+    LAYOUT_CONTIGUOUS,
+    LAYOUT_PADDED,
+    LAYOUT_STRIDED,
+    LAYOUT_CHANNEL_LAST,
+    LAYOUT_MISALIGNED,
+    LAYOUT_COUNT
+} layout;
 static const char *const layout_names[LAYOUT_COUNT] = {"contiguous", "padded", "strided", "channel-last", "misaligned"};
 
 typedef struct {
@@ -27,7 +34,8 @@ typedef struct {
 } scan_case;
 
 enum { IN_U, IN_DELTA, IN_A, IN_BM, IN_CM, IN_DV, IN_Z, IN_BIAS, IN_INIT, N_IN };
-static const char *const input_names[N_IN] = {"du", "ddelta", "dA", "dBm", "dCm", "dDv", "dz", "ddelta_bias", "dinitial"};
+static const char *const input_names[N_IN] = {"du",  "ddelta", "dA",          "dBm",     "dCm",
+                                              "dDv", "dz",     "ddelta_bias", "dinitial"};
 
 static void describe(const scan_case *c, char *buf, size_t size)
 {
@@ -71,7 +79,8 @@ static tg_tensor *seq_input(tg_tape *tape, const scan_case *c, int64_t X)
 
 static tg_tensor *small_input(tg_tape *tape, const scan_case *c, int ndim, const int64_t *shape)
 {
-    return c->lay == LAYOUT_STRIDED ? tt_strided_leaf(tape, c->dtype, ndim, shape) : tt_leaf(tape, c->dtype, ndim, shape);
+    return c->lay == LAYOUT_STRIDED ? tt_strided_leaf(tape, c->dtype, ndim, shape)
+                                    : tt_leaf(tape, c->dtype, ndim, shape);
 }
 
 static void map_values(tg_tensor *t, double scale, double shift, bool absolute)
@@ -112,8 +121,8 @@ typedef struct {
 /* Runs the scan and backward from loss = Σ out·w_out (+ Σ final·w_final). */
 static tg_tensor *run(tg_tape *tape, const scan_case *c, tg_tensor *const *in, loss_weights w, tg_tensor **final_state)
 {
-    tg_selective_scan_options opt = {in[IN_DV], in[IN_Z],    in[IN_BIAS], c->f.softplus, in[IN_INIT],
-                                     c->f.final ? final_state : NULL, c->chunk};
+    tg_selective_scan_options opt = {
+        in[IN_DV], in[IN_Z], in[IN_BIAS], c->f.softplus, in[IN_INIT], c->f.final ? final_state : NULL, c->chunk};
     tg_tensor *out = tg_selective_scan(tape, in[IN_U], in[IN_DELTA], in[IN_A], in[IN_BM], in[IN_CM], &opt);
     cr_assert(out, "%s", tg_last_error());
     tg_tensor *loss = NULL;
@@ -262,7 +271,7 @@ static void check_case(scan_case c) { check_case_wanting(c, (1u << N_IN) - 1); }
 
 static features random_features(void)
 {
-    return (features){tt_randint(0, 1), tt_randint(0, 1), tt_randint(0, 1), tt_randint(0, 1),
+    return (features){tt_randint(0, 1), tt_randint(0, 1), tt_randint(0, 1),     tt_randint(0, 1),
                       tt_randint(0, 1), tt_randint(0, 1), tt_randint(0, 7) == 0};
 }
 
@@ -286,8 +295,8 @@ Test(cuda_scan, edge_shapes_match_cpu)
     };
     for (size_t e = 0; e < sizeof edges / sizeof edges[0]; e++)
         for (int lay = 0; lay < LAYOUT_COUNT; lay++)
-            check_case((scan_case){edges[e][0], edges[e][1], edges[e][2], edges[e][3], edges[e][4], (layout)lay,
-                                   TG_F32, random_features()});
+            check_case((scan_case){edges[e][0], edges[e][1], edges[e][2], edges[e][3], edges[e][4], (layout)lay, TG_F32,
+                                   random_features()});
 }
 
 Test(cuda_scan, every_option_on_and_off)
@@ -296,8 +305,8 @@ Test(cuda_scan, every_option_on_and_off)
     for (int mask = 0; mask < 64; mask++) {
         features f = {mask & 1, mask & 2, mask & 4, mask & 8, mask & 16, mask & 32, false};
         const int64_t Ns[3] = {1, 4, 16};
-        check_case((scan_case){tt_randint(1, 3), tt_randint(1, 70), Ns[mask % 3], tt_randint(1, 120),
-                               tt_randint(1, 40), (layout)tt_randint(0, LAYOUT_COUNT - 1), TG_F32, f});
+        check_case((scan_case){tt_randint(1, 3), tt_randint(1, 70), Ns[mask % 3], tt_randint(1, 120), tt_randint(1, 40),
+                               (layout)tt_randint(0, LAYOUT_COUNT - 1), TG_F32, f});
     }
 }
 
@@ -318,13 +327,19 @@ Test(cuda_scan, gradients_asked_for_one_at_a_time)
 {
     tt_require_cuda();
     for (int i = 0; i < N_IN; i++) {
-        scan_case c = {2, tt_randint(20, 70), 16, tt_randint(20, 100), tt_randint(8, 40), LAYOUT_CONTIGUOUS, TG_F32,
-                       all_features()};
+        scan_case c = {2,      tt_randint(20, 70), 16, tt_randint(20, 100), tt_randint(8, 40), LAYOUT_CONTIGUOUS,
+                       TG_F32, all_features()};
         check_case_wanting(c, 1u << i);
     }
     for (int r = 0; r < 6; r++) {
-        scan_case c = {tt_randint(1, 3), tt_randint(1, 50), tt_randint(1, 16), tt_randint(1, 80), tt_randint(1, 30),
-                       (layout)tt_randint(0, LAYOUT_COUNT - 1), TG_F32, random_features()};
+        scan_case c = {tt_randint(1, 3),
+                       tt_randint(1, 50),
+                       tt_randint(1, 16),
+                       tt_randint(1, 80),
+                       tt_randint(1, 30),
+                       (layout)tt_randint(0, LAYOUT_COUNT - 1),
+                       TG_F32,
+                       random_features()};
         check_case_wanting(c, (unsigned)tt_randint(1, (1 << N_IN) - 1) | 1u); /* u always: some input records */
     }
 }
@@ -366,13 +381,12 @@ Test(cuda_scan, spans_of_a_sequence_match_cpu)
     tt_require_cuda();
     const int64_t cases[][6] = {
         /* B  D   N   L     chunk spans */
-        {2, 40, 16, 1000, 64, 2},
-        {1, 33, 16, 777, 64, 3},  /* the last span shorter */
-        {2, 8, 5, 300, 20, 8},    /* 15 chunks of 20 steps in 8 spans of two */
-        {1, 70, 16, 130, 16, 9},  /* 9 asked: at most 8 */
-        {2, 16, 4, 100, 37, 5},   /* 3 chunks, 5 spans asked */
-        {1, 5, 3, 64, 1, 8},      /* chunks of one step */
-        {3, 64, 16, 2048, 64, 6}, /* 32 chunks in 6 spans of 6 and a last of 2 */
+        {2, 40, 16, 1000, 64, 2}, {1, 33, 16, 777, 64, 3}, /* the last span shorter */
+        {2, 8, 5, 300, 20, 8},                             /* 15 chunks of 20 steps in 8 spans of two */
+        {1, 70, 16, 130, 16, 9},                           /* 9 asked: at most 8 */
+        {2, 16, 4, 100, 37, 5},                            /* 3 chunks, 5 spans asked */
+        {1, 5, 3, 64, 1, 8},                               /* chunks of one step */
+        {3, 64, 16, 2048, 64, 6},                          /* 32 chunks in 6 spans of 6 and a last of 2 */
     };
     const tg_dtype dtypes[3] = {TG_F32, TG_BF16, TG_F16};
     for (size_t e = 0; e < sizeof cases / sizeof cases[0]; e++) {
@@ -405,8 +419,7 @@ Test(cuda_scan, gradients_are_bitwise_repeatable)
     tt_require_cuda();
     for (int lay = 0; lay < 3; lay++) {
         const int previous = tg_cuda_scan_force_spans(lay == 0 ? 1 : lay == 1 ? 0 : 3); /* one, chosen, three */
-        scan_case c = {3, 100, 16, 333, 64, lay == 1 ? LAYOUT_CHANNEL_LAST : LAYOUT_CONTIGUOUS, TG_F32,
-                       all_features()};
+        scan_case c = {3, 100, 16, 333, 64, lay == 1 ? LAYOUT_CHANNEL_LAST : LAYOUT_CONTIGUOUS, TG_F32, all_features()};
         c.f.final = true;
         tg_tape *tape = tg_tape_create();
         tg_tensor *cpu[N_IN], *gpu[2][N_IN];
@@ -434,7 +447,8 @@ Test(cuda_scan, bad_inputs_fail_cleanly)
     tg_tensor *u = tt_leaf(tape, TG_F32, 3, (int64_t[]){2, 3, 5});
     tg_tensor *delta = tt_randn(tape, TG_F32, 3, (int64_t[]){2, 3, 5});
     tg_tensor *A = tt_randn(tape, TG_F32, 2, (int64_t[]){3, 4});
-    tg_tensor *Bm = tt_randn(tape, TG_F32, 3, (int64_t[]){2, 4, 5}), *Cm = tt_randn(tape, TG_F32, 3, (int64_t[]){2, 4, 5});
+    tg_tensor *Bm = tt_randn(tape, TG_F32, 3, (int64_t[]){2, 4, 5}),
+              *Cm = tt_randn(tape, TG_F32, 3, (int64_t[]){2, 4, 5});
     tg_tensor *z = tt_randn(tape, TG_F32, 3, (int64_t[]){2, 3, 5});
     tg_tensor *ug = tt_cuda_twin(tape, u, false), *deltag = tt_cuda_twin(tape, delta, false);
     tg_tensor *Ag = tt_cuda_twin(tape, A, false), *Bmg = tt_cuda_twin(tape, Bm, false);

@@ -19,8 +19,7 @@ static void backward_both(tg_tape *cpu, tg_tensor *y, tg_tape *gpu, tg_tensor *y
 {
     tg_tensor *dy = tt_randn(cpu, y->dtype, y->ndim, y->shape);
     cr_assert_eq(tg_backward_with_grad(cpu, y, dy), TG_OK, "%s: %s", what, tg_last_error());
-    cr_assert_eq(tg_backward_with_grad(gpu, yc, tt_cuda_twin(gpu, dy, false)), TG_OK, "%s: %s", what,
-                 tg_last_error());
+    cr_assert_eq(tg_backward_with_grad(gpu, yc, tt_cuda_twin(gpu, dy, false)), TG_OK, "%s: %s", what, tg_last_error());
 }
 
 static const tg_dtype float_dtypes[2] = {TG_F32, TG_BF16};
@@ -124,8 +123,8 @@ Test(cuda_shape, split_and_concat_of_row_blocks_match_cpu)
         tg_tensor *reversed_c[3] = {pieces_c[2], pieces_c[1], pieces_c[0]};
         tg_tensor *y = tg_concat(cpu, reversed, 3, 1), *yc = tg_concat(gpu, reversed_c, 3, 1);
         char what[96];
-        snprintf(what, sizeof what, "split, concat of (%lld, %lld, %lld) %s", (long long)shape[0],
-                 (long long)shape[1], (long long)L, tg_dtype_name(dtype));
+        snprintf(what, sizeof what, "split, concat of (%lld, %lld, %lld) %s", (long long)shape[0], (long long)shape[1],
+                 (long long)L, tg_dtype_name(dtype));
         cu_assert_equal(gpu, what, yc, y);
         backward_both(cpu, y, gpu, yc, what);
         cu_assert_equal(gpu, what, xc->grad, x->grad);
@@ -143,7 +142,8 @@ Test(cuda_shape, i32_tensors_move_on_the_device)
     tg_tensor *ab[2] = {a, b}, *abc[2] = {ac, bc};
     cu_assert_equal(gpu, "i32 concat", tg_concat(gpu, abc, 2, 0), tg_concat(cpu, ab, 2, 0));
     tg_tensor *t = tg_transpose(cpu, a, 0, 1), *tc = tg_transpose(gpu, ac, 0, 1);
-    cu_assert_equal(gpu, "i32 reshape of a transpose", tg_reshape(gpu, tc, 1, (int64_t[]){-1}), tg_reshape(cpu, t, 1, (int64_t[]){-1}));
+    cu_assert_equal(gpu, "i32 reshape of a transpose", tg_reshape(gpu, tc, 1, (int64_t[]){-1}),
+                    tg_reshape(cpu, t, 1, (int64_t[]){-1}));
     tg_tape_free(gpu);
     tg_tape_free(cpu);
 }

@@ -31,8 +31,7 @@ static tg_tensor *dx_terms(tg_tape *tape, int k, const tg_tensor *y, const tg_te
             weighted += (k ? exp(yr[j]) : yr[j]) * dyr[j];
             plain += dyr[j];
         }
-        for (int64_t i = 0; i < n; i++)
-            tv[r * n + i] = k ? dyr[i] + exp(yr[i]) * plain : yr[i] * (dyr[i] + weighted);
+        for (int64_t i = 0; i < n; i++) tv[r * n + i] = k ? dyr[i] + exp(yr[i]) * plain : yr[i] * (dyr[i] + weighted);
     }
     return terms;
 }
@@ -55,8 +54,10 @@ static void compare_tensor(tg_tape *tape, int k, tg_tensor *x, bool strided_dy, 
     cu_backward(tape, cy, tt_cuda_twin(tape, dy, true));
     char grad_what[200];
     snprintf(grad_what, sizeof grad_what, "%s: dx", what);
-    if (dx_by_terms) cu_assert_within_terms(tape, grad_what, cx->grad, x->grad, dx_terms(tape, k, y, dy));
-    else cu_assert_close(tape, grad_what, cx->grad, x->grad);
+    if (dx_by_terms)
+        cu_assert_within_terms(tape, grad_what, cx->grad, x->grad, dx_terms(tape, k, y, dy));
+    else
+        cu_assert_close(tape, grad_what, cx->grad, x->grad);
 }
 
 static void compare_case(int k, tg_dtype dtype, int ndim, const int64_t *shape, bool strided)

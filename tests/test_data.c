@@ -104,8 +104,8 @@ static void check_selective_copy_row(const tg_selective_copy_config *c, int64_t 
 {
     int64_t m = c->n_copy, slots = seq_len - m, found = 0;
     for (int64_t t = 0; t < slots; t++) {
-        cr_assert(in[t] >= 0 && in[t] <= c->vocab - 2, "a token before the markers is %d (vocab %lld) " SEED_FMT,
-                  in[t], (long long)c->vocab, SEED);
+        cr_assert(in[t] >= 0 && in[t] <= c->vocab - 2, "a token before the markers is %d (vocab %lld) " SEED_FMT, in[t],
+                  (long long)c->vocab, SEED);
         cr_assert_eq(tgt[t], TG_IGNORE_INDEX, "position %lld before the markers is scored " SEED_FMT, (long long)t,
                      SEED);
         if (in[t] == 0) continue;
@@ -126,8 +126,7 @@ Test(selective_copy, every_row_has_the_layout)
         tg_selective_copy_config c = {.vocab = tt_randint(3, 40), .n_copy = tt_randint(1, 20)};
         int64_t batch = tt_randint(1, 16), seq_len = 2 * c.n_copy + (trial % 4 == 0 ? 0 : tt_randint(1, 200));
         int32_t *in = alloc_ids(batch * seq_len), *tgt = alloc_ids(batch * seq_len);
-        cr_assert_eq(tg_task_selective_copy_batch(&c, tt_rng(), batch, seq_len, in, tgt), TG_OK, "%s",
-                     tg_last_error());
+        cr_assert_eq(tg_task_selective_copy_batch(&c, tt_rng(), batch, seq_len, in, tgt), TG_OK, "%s", tg_last_error());
         for (int64_t b = 0; b < batch; b++) check_selective_copy_row(&c, seq_len, in + b * seq_len, tgt + b * seq_len);
         free(in), free(tgt);
     }
@@ -238,8 +237,8 @@ Test(induction, trigger_position_and_answer_are_uniform)
                   (long long)t, (long long)at[t], rows * p);
     double q = 1.0 / (double)ordinary, sq = sqrt(rows * q * (1 - q));
     for (int64_t v = 0; v < ordinary; v++)
-        cr_assert(fabs((double)answer[v] - rows * q) < 6 * sq, "answer %lld in %lld rows, expected %.0f",
-                  (long long)v, (long long)answer[v], rows * q);
+        cr_assert(fabs((double)answer[v] - rows * q) < 6 * sq, "answer %lld in %lld rows, expected %.0f", (long long)v,
+                  (long long)answer[v], rows * q);
     cr_assert_eq(answer[c.vocab - 2] + answer[c.vocab - 1], 0, "a special id was an answer");
     free(in), free(tgt);
 }
@@ -273,8 +272,8 @@ Test(tasks, bad_arguments)
                    "vocab 2 is too small");
     check_rejected(selective_copy, sc_name, &(tg_selective_copy_config){.vocab = 16, .n_copy = 0}, 1, 16, false,
                    "n_copy is 0");
-    check_rejected(selective_copy, sc_name, &(tg_selective_copy_config){.vocab = (int64_t)1 << 40, .n_copy = 1}, 1,
-                   16, false, "int32");
+    check_rejected(selective_copy, sc_name, &(tg_selective_copy_config){.vocab = (int64_t)1 << 40, .n_copy = 1}, 1, 16,
+                   false, "int32");
     check_rejected(selective_copy, sc_name, &sc, INT64_MAX / 2, 16, false, "overflows");
     tg_induction_config ih = {.vocab = 16};
     check_rejected(induction, ih_name, NULL, 1, 16, false, "config is NULL");
@@ -293,7 +292,8 @@ Test(tasks, tensor_forms_match_the_buffer_forms)
 {
     tg_tape *tape = tg_tape_create();
     int64_t batch = tt_randint(1, 6), seq_len = tt_randint(10, 80), shape[2] = {batch, seq_len};
-    tg_tensor *in = tg_zeros(tape, TG_I32, TG_DEVICE_CPU, 2, shape), *tgt = tg_zeros(tape, TG_I32, TG_DEVICE_CPU, 2, shape);
+    tg_tensor *in = tg_zeros(tape, TG_I32, TG_DEVICE_CPU, 2, shape),
+              *tgt = tg_zeros(tape, TG_I32, TG_DEVICE_CPU, 2, shape);
     int32_t *want_in = alloc_ids(batch * seq_len), *want_tgt = alloc_ids(batch * seq_len);
     uint64_t seed = tg_rng_next(tt_rng());
     tg_rng a, b;
@@ -311,14 +311,14 @@ Test(tasks, tensor_forms_match_the_buffer_forms)
     tg_tensor *floats = tg_zeros(tape, TG_F32, TG_DEVICE_CPU, 2, shape);
     assert_fails(tg_task_induction_fill(&ih, tt_rng(), floats, tgt), "tg_task_induction_fill", "i32 cpu", "f32", NULL);
     tg_tensor *other = tg_zeros(tape, TG_I32, TG_DEVICE_CPU, 2, (int64_t[]){batch, seq_len + 1});
-    assert_fails(tg_task_selective_copy_fill(&sc, tt_rng(), in, other), "tg_task_selective_copy_fill", "differ in shape",
-                 NULL);
+    assert_fails(tg_task_selective_copy_fill(&sc, tt_rng(), in, other), "tg_task_selective_copy_fill",
+                 "differ in shape", NULL);
     tg_tensor *flat = tg_zeros(tape, TG_I32, TG_DEVICE_CPU, 1, (int64_t[]){seq_len});
-    assert_fails(tg_task_selective_copy_fill(&sc, tt_rng(), flat, flat), "tg_task_selective_copy_fill", "(batch, seq_len)",
-                 NULL);
-    assert_fails(tg_task_selective_copy_fill(&(tg_selective_copy_config){.vocab = 10, .n_copy = seq_len}, tt_rng(), in,
-                                             tgt),
-                 "tg_task_selective_copy_fill", "shorter than 2 · n_copy", NULL);
+    assert_fails(tg_task_selective_copy_fill(&sc, tt_rng(), flat, flat), "tg_task_selective_copy_fill",
+                 "(batch, seq_len)", NULL);
+    assert_fails(
+        tg_task_selective_copy_fill(&(tg_selective_copy_config){.vocab = 10, .n_copy = seq_len}, tt_rng(), in, tgt),
+        "tg_task_selective_copy_fill", "shorter than 2 · n_copy", NULL);
     free(want_in), free(want_tgt);
     tg_tape_free(tape);
 }
@@ -340,8 +340,16 @@ static const char *temp_file(const void *bytes, size_t size)
 /* Random UTF-8 text over an alphabet of 1-, 2-, 3- and 4-byte characters. */
 static char *random_utf8(int64_t n_chars, size_t *size)
 {
-    static const char *const alphabet[] = {"a", "b", "Z", " ", "\n", ".", "\xc3\xa9" /* é */, "\xce\xbb" /* λ */,
-                                           "\xe2\x82\xac" /* € */, "\xf0\x9f\x98\x80" /* 😀 */};
+    static const char *const alphabet[] = {"a",
+                                           "b",
+                                           "Z",
+                                           " ",
+                                           "\n",
+                                           ".",
+                                           "\xc3\xa9" /* é */,
+                                           "\xce\xbb" /* λ */,
+                                           "\xe2\x82\xac" /* € */,
+                                           "\xf0\x9f\x98\x80" /* 😀 */};
     int n_alphabet = (int)(sizeof alphabet / sizeof *alphabet);
     char *s = malloc((size_t)n_chars * 4 + 1);
     cr_assert(s);
@@ -454,8 +462,10 @@ Test(text, random_windows_are_shifted_stretches_of_their_split)
         cr_assert_eq(tg_text_batch(text, split, tt_rng(), batch, seq_len, in, tgt), TG_OK, "%s", tg_last_error());
         for (int64_t b = 0; b < batch; b++) {
             const int32_t *row = in + b * seq_len, *next = tgt + b * seq_len;
-            for (int64_t j = 0; j + 1 < seq_len; j++) cr_assert_eq(next[j], row[j + 1], "targets are not inputs shifted");
-            bool found = false; /* some start s in the split has ids[s …] = row and ids[s + seq_len] = the last target */
+            for (int64_t j = 0; j + 1 < seq_len; j++)
+                cr_assert_eq(next[j], row[j + 1], "targets are not inputs shifted");
+            bool found =
+                false; /* some start s in the split has ids[s …] = row and ids[s + seq_len] = the last target */
             for (int64_t start = 0; !found && start + seq_len < n; start++)
                 found = same_ids(ids + start, row, seq_len) && ids[start + seq_len] == next[seq_len - 1];
             cr_assert(found, "window %lld is not a stretch of the %s split " SEED_FMT, (long long)b,
@@ -515,8 +525,8 @@ Test(text, evaluation_windows_score_each_character_once)
         cr_assert_eq(scored, n - 1, "%lld positions scored, %lld characters in the split", (long long)scored,
                      (long long)n);
         cr_assert_eq(rows_total, count);
-        assert_fails(tg_text_windows(text, split, count, batch, seq_len, in, tgt, NULL), "tg_text_windows",
-                     "outside", NULL);
+        assert_fails(tg_text_windows(text, split, count, batch, seq_len, in, tgt, NULL), "tg_text_windows", "outside",
+                     NULL);
         free(in), free(tgt);
     }
     free(s);
@@ -558,11 +568,9 @@ Test(text, bad_inputs)
     char out[8];
     size_t n_bytes;
     int32_t bad_id[] = {0, 99};
-    assert_fails(tg_text_decode(text, bad_id, 2, out, sizeof out, &n_bytes), "tg_text_decode", "ids[1] = 99",
-                 NULL);
+    assert_fails(tg_text_decode(text, bad_id, 2, out, sizeof out, &n_bytes), "tg_text_decode", "ids[1] = 99", NULL);
     cr_assert_eq(tg_text_encode(text, corpus, strlen(corpus), ids, 64, &n_ids), TG_OK);
-    assert_fails(tg_text_decode(text, ids, n_ids, out, sizeof out, &n_bytes), "tg_text_decode", "needs 13 bytes",
-                 NULL);
+    assert_fails(tg_text_decode(text, ids, n_ids, out, sizeof out, &n_bytes), "tg_text_decode", "needs 13 bytes", NULL);
     assert_fails(tg_text_batch(text, TG_TEXT_TRAIN, tt_rng(), 2, 12, in, tgt), "tg_text_batch", "train split",
                  "12 characters", "seq_len + 1 = 13", NULL);
     assert_fails(tg_text_batch(text, TG_TEXT_TRAIN, NULL, 2, 4, in, tgt), "tg_text_batch", "rng is NULL", NULL);

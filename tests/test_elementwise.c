@@ -15,10 +15,14 @@ static const struct {
     double (*reference)(double);
     bool positive_input; /* log needs x > 0 */
 } unary_ops[] = {
-    {"tg_neg", tg_neg, NULL, false},         {"tg_exp", tg_exp, exp, false},
-    {"tg_log", tg_log, log, true},           {"tg_tanh", tg_tanh, tanh, false},
-    {"tg_sigmoid", tg_sigmoid, NULL, false}, {"tg_silu", tg_silu, NULL, false},
-    {"tg_softplus", tg_softplus, NULL, false}, {"tg_relu", tg_relu, NULL, false},
+    {"tg_neg", tg_neg, NULL, false},
+    {"tg_exp", tg_exp, exp, false},
+    {"tg_log", tg_log, log, true},
+    {"tg_tanh", tg_tanh, tanh, false},
+    {"tg_sigmoid", tg_sigmoid, NULL, false},
+    {"tg_silu", tg_silu, NULL, false},
+    {"tg_softplus", tg_softplus, NULL, false},
+    {"tg_relu", tg_relu, NULL, false},
 };
 #define N_UNARY (sizeof unary_ops / sizeof unary_ops[0])
 
@@ -41,8 +45,10 @@ static void keep_away_from_kinks(tg_tensor *x, bool positive)
     /* relu's kink at 0 and log's domain: move values to |x| ≥ 0.1 (and x > 0 for log). */
     for (int64_t i = 0; i < tg_numel(x); i++) {
         double v = tg_get_flat(x, i);
-        if (positive) v = fabs(v) + 0.1;
-        else if (fabs(v) < 0.1) v = v < 0 ? -0.1 - fabs(v) : 0.1 + v;
+        if (positive)
+            v = fabs(v) + 0.1;
+        else if (fabs(v) < 0.1)
+            v = v < 0 ? -0.1 - fabs(v) : 0.1 + v;
         tg_set_flat(x, i, v);
     }
 }

@@ -30,7 +30,8 @@ Test(embedding, gradcheck_rank_1_and_2_with_repeated_ids)
         int64_t ids_shape[2] = {vocab + tt_randint(1, 4), tt_randint(1, 3)};
         tg_tensor *ids = tt_ids(tape, round % 2 ? 2 : 1, ids_shape, (int32_t)vocab);
         int64_t table_shape[2] = {vocab, dim};
-        tg_tensor *table = round >= 2 ? tt_strided_leaf(tape, TG_F64, 2, table_shape) : tt_leaf(tape, TG_F64, 2, table_shape);
+        tg_tensor *table =
+            round >= 2 ? tt_strided_leaf(tape, TG_F64, 2, table_shape) : tt_leaf(tape, TG_F64, 2, table_shape);
         tg_tensor *w = tt_randn(tape, TG_F64, out_shape(ids, dim, shape), shape);
         tg_tensor *inputs[3] = {table, ids, w};
         tt_gradcheck(round >= 2 ? "tg_embedding strided table" : "tg_embedding", embedding_loss, inputs, 3, NULL, NULL);

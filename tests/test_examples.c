@@ -245,11 +245,11 @@ Test(examples, a_short_run_writes_its_csv_and_checkpoint)
         for (int j = 0; j < 8; j++) field(lines[i], j, f[j], sizeof f[j]);
         cr_assert_eq(atoll(f[0]), i, "row %d is step %s", i, f[0]);
         double loss = atof(f[1]), accuracy = atof(f[2]), lr = atof(f[3]);
-        cr_assert(loss > 0 && loss < 20 && accuracy >= 0 && accuracy <= 1 && lr > 0 && lr <= 1e-2,
-                  "row %d: %s", i, lines[i]);
+        cr_assert(loss > 0 && loss < 20 && accuracy >= 0 && accuracy <= 1 && lr > 0 && lr <= 1e-2, "row %d: %s", i,
+                  lines[i]);
         bool evaluated = i % eval_every == 0 || i == steps;
-        cr_assert_eq(f[6][0] != '\0', evaluated, "row %d: eval columns %s present: %s", i,
-                     evaluated ? "not" : "", lines[i]);
+        cr_assert_eq(f[6][0] != '\0', evaluated, "row %d: eval columns %s present: %s", i, evaluated ? "not" : "",
+                     lines[i]);
         if (evaluated) cr_assert(atof(f[6]) > 0 && atof(f[7]) >= 0 && atof(f[7]) <= 1, "row %d: %s", i, lines[i]);
     }
     csv_free(lines, n);
@@ -279,8 +279,7 @@ static void assert_same_rows(const char *resumed, const char *whole, const char 
 {
     int n_whole, n_resumed;
     char **w = csv_lines(whole, &n_whole), **r = csv_lines(resumed, &n_resumed);
-    cr_assert_eq(n_resumed, n_whole, "%s: the resumed CSV has %d lines, the whole run's %d", what, n_resumed,
-                 n_whole);
+    cr_assert_eq(n_resumed, n_whole, "%s: the resumed CSV has %d lines, the whole run's %d", what, n_resumed, n_whole);
     cr_assert_str_eq(r[0], w[0]);
     for (int i = 1; i < n_whole; i++) {
         char a_row[512], b_row[512];
@@ -378,8 +377,8 @@ Test(examples, char_samples_from_a_checkpoint)
     int64_t n = tt_randint(20, 60);
     run_result s1 = run("train_char", "--resume", ckpt, "--sample", text_of(n), "--temperature", "0.9", NULL);
     run_result s2 = run("train_char", "--resume", ckpt, "--sample", text_of(n), "--temperature", "0.9", NULL);
-    run_result g = run("train_char", "--ckpt", ckpt, "--sample", text_of(n), "--temperature", "0", "--prompt", "ab",
-                       NULL);
+    run_result g =
+        run("train_char", "--ckpt", ckpt, "--sample", text_of(n), "--temperature", "0", "--prompt", "ab", NULL);
     cr_assert(s1.code == 0 && s2.code == 0 && g.code == 0, "stderr:\n%s\n%s\n%s", s1.err, s2.err, g.err);
     cr_assert_str_eq(s1.out, s2.out, "one seed, two samples");
     /* The sample: a newline it started after is not printed; n characters of the text's alphabet, then a newline. */

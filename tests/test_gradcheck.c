@@ -114,10 +114,10 @@ static double f_of(bug b, double x)
 static double slope_of(bug b, double x, double y)
 {
     switch (b) {
-    case DROPPED_FACTOR: return x;                             /* the 2 of 2x is gone */
+    case DROPPED_FACTOR: return x; /* the 2 of 2x is gone */
     case WRONG_STRIDE: return 2 * x;
-    case WRONG_SIGN_BRANCH: return 1.0;                        /* x < 0 should give −1 */
-    case BRANCH_ON_OUTPUT: return y > 0 ? 1.0 : 0.5;           /* should test x > 0 */
+    case WRONG_SIGN_BRANCH: return 1.0;              /* x < 0 should give −1 */
+    case BRANCH_ON_OUTPUT: return y > 0 ? 1.0 : 0.5; /* should test x > 0 */
     default: return 1 - y * y;
     }
 }

@@ -34,8 +34,8 @@ static double naive_cross_entropy(const tg_tensor *logits, const tg_tensor *targ
 }
 
 /* Naive d(loss)/d(logits[r, j]) = (softmax(row)_j − [j = t]) / n, 0 on ignored rows. */
-static double naive_gradient(const tg_tensor *logits, const tg_tensor *targets, int32_t ignore_index,
-                             int64_t n_valid, int64_t r, int64_t j)
+static double naive_gradient(const tg_tensor *logits, const tg_tensor *targets, int32_t ignore_index, int64_t n_valid,
+                             int64_t r, int64_t j)
 {
     int64_t v = logits->shape[logits->ndim - 1];
     int32_t t = (int32_t)tg_get_flat(targets, r);
@@ -250,8 +250,7 @@ Test(cross_entropy, bad_inputs_fail_cleanly)
     int32_t *t = tg_data(targets);
     for (int i = 0; i < 6; i++) t[i] = i % 2 ? IGNORE : i % 5;
     t[5] = 5;
-    tt_assert_failed_with(&s, tg_cross_entropy(tape, logits, targets, IGNORE), op, "target 5", "[1, 2]", "V = 5",
-                          NULL);
+    tt_assert_failed_with(&s, tg_cross_entropy(tape, logits, targets, IGNORE), op, "target 5", "[1, 2]", "V = 5", NULL);
     t[5] = IGNORE;
     t[3] = -3;
     tt_assert_failed_with(&s, tg_cross_entropy(tape, logits, targets, IGNORE), op, "target -3", "[1, 0]", "V = 5",
@@ -292,8 +291,10 @@ Test(count_correct, matches_a_plain_loop_with_ties_nans_and_ignored_rows)
         tg_tensor *logits = tt_randn(tape, TG_F32, 3, shape);
         for (int64_t i = 0; i < tg_numel(logits); i++) { /* ties and NaNs, where an arg-max can go wrong */
             int64_t kind = tt_randint(0, 9);
-            if (kind == 0) tg_set_flat(logits, i, 1.5);
-            else if (kind == 1) tg_set_flat(logits, i, NAN);
+            if (kind == 0)
+                tg_set_flat(logits, i, 1.5);
+            else if (kind == 1)
+                tg_set_flat(logits, i, NAN);
         }
         tg_tensor *targets = lc_random_targets(tape, 2, shape, (int32_t)shape[2], round % 2 == 1, -100, 0.2);
         /* a few "right" rows for sure: the target is the first largest */

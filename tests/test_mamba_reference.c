@@ -114,9 +114,15 @@ static void compare_with_reference(const char *file_name, tg_dtype dtype, int64_
     snprintf(path, sizeof path, "%s/%s", TG_TEST_DATA_DIR, file_name);
     vec_file file = load_vectors(path);
     const int32_t *sizes = find_entry(&file, "config.sizes")->data;
-    tg_mamba_config config = {.vocab_size = sizes[0], .d_model = sizes[1], .n_layer = sizes[2],
-                              .d_state = sizes[3], .expand = sizes[4], .d_conv = sizes[5], .dt_rank = sizes[6],
-                              .dtype = dtype, .eps = *(double *)find_entry(&file, "config.eps")->data,
+    tg_mamba_config config = {.vocab_size = sizes[0],
+                              .d_model = sizes[1],
+                              .n_layer = sizes[2],
+                              .d_state = sizes[3],
+                              .expand = sizes[4],
+                              .d_conv = sizes[5],
+                              .dt_rank = sizes[6],
+                              .dtype = dtype,
+                              .eps = *(double *)find_entry(&file, "config.eps")->data,
                               .scan_chunk = chunk};
     const int32_t ignore_index = *(int32_t *)find_entry(&file, "config.ignore_index")->data;
 

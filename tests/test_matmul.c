@@ -259,7 +259,6 @@ Test(matmul, f32_and_bf16_match_f64_forward_and_backward)
 
 /* ---- empty sizes --------------------------------------------------------------------------------- */
 
-
 Test(matmul, empty_inner_dimension_gives_zeros)
 {
     const tg_dtype dtypes[3] = {TG_F64, TG_F32, TG_BF16};
@@ -349,8 +348,8 @@ Test(matmul, bad_inputs_fail_cleanly)
     tt_assert_failed_with(&s, tg_matmul(tape, a, NULL, false, false), op, "b", "NULL", NULL);
     tt_assert_failed_with(&s, tg_matmul(tape, vec, b, false, false), op, "2 dimensions", "[3]", NULL);
     tt_assert_failed_with(&s, tg_matmul(tape, a, vec, false, false), op, "2 dimensions", "[3]", NULL);
-    tt_assert_failed_with(&s, tg_matmul(tape, a, b_wrong, false, false), op, "inner", "M", "K", "N", "[2, 3]",
-                          "[4, 5]", NULL);
+    tt_assert_failed_with(&s, tg_matmul(tape, a, b_wrong, false, false), op, "inner", "M", "K", "N", "[2, 3]", "[4, 5]",
+                          NULL);
     tt_assert_failed_with(&s, tg_matmul(tape, a, b, true, false), op, "inner", "transpose_a true", NULL);
     tt_assert_failed_with(&s, tg_matmul(tape, a, b, false, true), op, "inner", "transpose_b true", NULL);
     tt_assert_failed_with(&s, tg_matmul(tape, a3, b3, false, false), op, "batch", "[2, 2, 3]", "[3, 3, 5]", NULL);

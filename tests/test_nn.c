@@ -60,8 +60,7 @@ static void assert_uniform(const char *what, const tg_tensor *t, double b)
     moments(t, &mean, &ms);
     double se_mean = b / sqrt(3.0 * (double)n), se_ms = sqrt(4.0 / 45.0) * b * b / sqrt((double)n);
     cr_assert(fabs(mean) < 5 * se_mean, "%s: mean %g, expected 0 ± %g", what, mean, 5 * se_mean);
-    cr_assert(fabs(ms - b * b / 3) < 5 * se_ms, "%s: mean square %g, expected %g ± %g", what, ms, b * b / 3,
-              5 * se_ms);
+    cr_assert(fabs(ms - b * b / 3) < 5 * se_ms, "%s: mean square %g, expected %g ± %g", what, ms, b * b / 3, 5 * se_ms);
 }
 
 /* ---- Linear -------------------------------------------------------------------------------- */
@@ -221,11 +220,16 @@ Test(mamba, parameter_names_shapes_and_order)
     cr_assert_eq(model->config.dt_rank, R);
     cr_assert_eq(model->config.eps, 1e-5);
     const expected_param mixer[] = {
-        {"mixer.A_log", 2, {E, N}},          {"mixer.D", 1, {E}},
-        {"mixer.in_proj.weight", 2, {2 * E, D}}, {"mixer.conv1d.weight", 3, {E, 1, K}},
-        {"mixer.conv1d.bias", 1, {E}},       {"mixer.x_proj.weight", 2, {R + 2 * N, E}},
-        {"mixer.dt_proj.weight", 2, {E, R}}, {"mixer.dt_proj.bias", 1, {E}},
-        {"mixer.out_proj.weight", 2, {D, E}}, {"norm.weight", 1, {D}},
+        {"mixer.A_log", 2, {E, N}},
+        {"mixer.D", 1, {E}},
+        {"mixer.in_proj.weight", 2, {2 * E, D}},
+        {"mixer.conv1d.weight", 3, {E, 1, K}},
+        {"mixer.conv1d.bias", 1, {E}},
+        {"mixer.x_proj.weight", 2, {R + 2 * N, E}},
+        {"mixer.dt_proj.weight", 2, {E, R}},
+        {"mixer.dt_proj.bias", 1, {E}},
+        {"mixer.out_proj.weight", 2, {D, E}},
+        {"norm.weight", 1, {D}},
     };
     const int per_layer = (int)(sizeof mixer / sizeof mixer[0]);
     cr_assert_eq(tg_params_count(params), (size_t)(2 + L * per_layer), "no separate LM head");
@@ -283,8 +287,8 @@ Test(mamba, initial_values_follow_the_reference)
             for (int64_t d = 0; d < E; d++)
                 for (int64_t n = 0; n < N; n++) {
                     double want = log((double)(n + 1)), got = tg_get(m->A_log, (int64_t[]){d, n});
-                    cr_assert(fabs(got - want) <= ulp * want, "A_log[%lld, %lld] = %.17g, not log(%lld)",
-                              (long long)d, (long long)n, got, (long long)(n + 1));
+                    cr_assert(fabs(got - want) <= ulp * want, "A_log[%lld, %lld] = %.17g, not log(%lld)", (long long)d,
+                              (long long)n, got, (long long)(n + 1));
                 }
             for (int64_t d = 0; d < E; d++) {
                 cr_assert_eq(tg_get_flat(m->D, d), 1.0);
@@ -371,8 +375,8 @@ static tg_tensor *model_loss(tg_tape *tape, tg_tensor *const *in, int n, void *u
 Test(mamba, gradcheck_of_a_two_layer_model_against_every_parameter)
 {
     /* d_inner 16, dt_rank 1, several scan chunks over L = 7. */
-    tg_mamba_config config = {.vocab_size = 7, .d_model = 8, .n_layer = 2, .d_state = 4, .dtype = TG_F64,
-                              .scan_chunk = 3};
+    tg_mamba_config config = {
+        .vocab_size = 7, .d_model = 8, .n_layer = 2, .d_state = 4, .dtype = TG_F64, .scan_chunk = 3};
     tg_params *params;
     tg_mamba *model = make_model(&config, tg_rng_next(tt_rng()), &params);
     perturb(params);
@@ -420,8 +424,8 @@ static tg_tensor *state_loss(tg_tape *tape, tg_tensor *const *in, int n, void *u
 
 Test(mamba, gradcheck_through_the_recurrent_states)
 {
-    tg_mamba_config config = {.vocab_size = 6, .d_model = 4, .n_layer = 2, .d_state = 3, .dtype = TG_F64,
-                              .scan_chunk = 2};
+    tg_mamba_config config = {
+        .vocab_size = 6, .d_model = 4, .n_layer = 2, .d_state = 3, .dtype = TG_F64, .scan_chunk = 2};
     tg_params *params;
     tg_mamba *model = make_model(&config, tg_rng_next(tt_rng()), &params);
     perturb(params);
@@ -459,8 +463,8 @@ static tg_tensor *ids_piece(tg_tape *tape, tg_tensor *ids, int64_t start, int64_
 
 Test(mamba, pieces_with_states_match_one_pass)
 {
-    tg_mamba_config config = {.vocab_size = 9, .d_model = 12, .n_layer = 3, .d_state = 5, .dtype = TG_F64,
-                              .scan_chunk = 4};
+    tg_mamba_config config = {
+        .vocab_size = 9, .d_model = 12, .n_layer = 3, .d_state = 5, .dtype = TG_F64, .scan_chunk = 4};
     tg_params *params;
     tg_mamba *model = make_model(&config, tg_rng_next(tt_rng()), &params);
     perturb(params);
@@ -549,7 +553,10 @@ Test(mamba, recomputed_activations_give_the_gradients_of_kept_ones)
         tg_params *params[2];
         tg_mamba *models[2];
         for (int m = 0; m < 2; m++) {
-            tg_mamba_config config = {.vocab_size = 11, .d_model = 16, .n_layer = 2, .scan_chunk = 4,
+            tg_mamba_config config = {.vocab_size = 11,
+                                      .d_model = 16,
+                                      .n_layer = 2,
+                                      .scan_chunk = 4,
                                       .dtype = dtypes[k],
                                       .activations = m ? TG_ACTIVATIONS_RECOMPUTE : TG_ACTIVATIONS_KEEP};
             models[m] = make_model(&config, seed, &params[m]);
@@ -564,8 +571,8 @@ Test(mamba, recomputed_activations_give_the_gradients_of_kept_ones)
         const int64_t n = tg_params_numel(params[0]);
         for (int64_t i = 0; i < n; i++)
             cr_assert(memcmp(&grads[0][i], &grads[1][i], sizeof(double)) == 0 && isfinite(grads[0][i]),
-                      "%s gradient element %lld: %.17g kept, %.17g recomputed", tg_dtype_name(dtypes[k]),
-                      (long long)i, grads[0][i], grads[1][i]);
+                      "%s gradient element %lld: %.17g kept, %.17g recomputed", tg_dtype_name(dtypes[k]), (long long)i,
+                      grads[0][i], grads[1][i]);
         for (int m = 0; m < 2; m++) {
             free(grads[m]);
             tg_mamba_free(models[m]);
@@ -647,8 +654,10 @@ Test(mamba, mixer_on_its_own)
     tg_tensor *y2 = tg_mamba_mixer_forward(tape, &mixer, x, NULL, NULL);
     for (int64_t t = 0; t < 5; t++) {
         double diff = fabs(tg_get(y2, (int64_t[]){1, t, 3}) - tg_get(y, (int64_t[]){1, t, 3}));
-        if (t < 4) cr_assert_eq(diff, 0.0, "step %lld depends on the future", (long long)t);
-        else cr_assert(diff > 0);
+        if (t < 4)
+            cr_assert_eq(diff, 0.0, "step %lld depends on the future", (long long)t);
+        else
+            cr_assert(diff > 0);
     }
     tt_state s = tt_snapshot(tape);
     tg_tensor *wrong = tt_randn(tape, TG_F64, 3, (int64_t[]){2, 5, 7});
@@ -748,8 +757,8 @@ Test(mamba, bad_inputs_fail_cleanly)
     tt_assert_failed_with(&s, tg_mamba_forward(tape, model, cuda_ids, NULL, NULL), op, "device", "cuda", NULL);
     tt_assert_failed_with(&s, tg_mamba_forward(tape, model, ids, bad_states, final), op, "initial[0].conv",
                           "[2, 16, 3]", NULL);
-    tt_assert_failed_with(&s, tg_mamba_forward(tape, model, ids, bad_ssm, final), op, "initial[1].ssm",
-                          "[2, 16, 3]", NULL);
+    tt_assert_failed_with(&s, tg_mamba_forward(tape, model, ids, bad_ssm, final), op, "initial[1].ssm", "[2, 16, 3]",
+                          NULL);
     cr_assert(!final[0].conv && !final[0].ssm && !final[1].ssm, "a failed forward publishes no state");
     tt_assert_failed_with(&s, tg_mamba_loss(tape, model, ids, short_targets, -1), "tg_mamba_loss", "cross-entropy",
                           "targets", NULL);

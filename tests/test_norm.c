@@ -182,7 +182,8 @@ Test(rmsnorm, thread_count_changes_nothing)
     tg_tensor *x = tt_leaf(tape, TG_F32, 3, shape), *lw = tt_randn(tape, TG_F32, 3, shape);
     tg_tensor *w_init = tt_randn(tape, TG_F32, 1, &shape[2]);
     const int64_t n = shape[0] * shape[1] * shape[2];
-    float *base = malloc(sizeof(float) * (size_t)(2 * n + shape[2])), *now = malloc(sizeof *now * (size_t)(2 * n + shape[2]));
+    float *base = malloc(sizeof(float) * (size_t)(2 * n + shape[2])),
+          *now = malloc(sizeof *now * (size_t)(2 * n + shape[2]));
     const int threads[] = {1, 2, 3, 16};
     for (size_t k = 0; k < sizeof threads / sizeof threads[0]; k++) {
         tg_set_num_threads(threads[k]);
@@ -195,7 +196,12 @@ Test(rmsnorm, thread_count_changes_nothing)
         tg_copy_to_host(w->grad, out + 2 * n, TG_F32);
         for (int64_t i = 0; k && i < 2 * n + shape[2]; i++)
             cr_assert(now[i] == base[i], "%d threads vs 1: %s[%lld]: %.9g vs %.9g", threads[k],
-                      i < n ? "y" : i < 2 * n ? "dx" : "dw", (long long)(i < n ? i : i < 2 * n ? i - n : i - 2 * n),
+                      i < n       ? "y"
+                      : i < 2 * n ? "dx"
+                                  : "dw",
+                      (long long)(i < n       ? i
+                                  : i < 2 * n ? i - n
+                                              : i - 2 * n),
                       now[i], base[i]);
     }
     tg_set_num_threads(0);

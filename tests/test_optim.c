@@ -79,7 +79,8 @@ static void check_sgd(bool nesterov)
     config.weight_decay = uniform(0.01, 0.1);
     tg_optim *opt = tg_optim_create(params, &config);
     cr_assert(opt, "%s", tg_last_error());
-    double *p = malloc((size_t)n * sizeof *p), *buf = calloc((size_t)n, sizeof *buf), *got = malloc((size_t)n * sizeof *got);
+    double *p = malloc((size_t)n * sizeof *p), *buf = calloc((size_t)n, sizeof *buf),
+           *got = malloc((size_t)n * sizeof *got);
     oc_get(params, p, false);
     for (int t = 1; t <= 5; t++) {
         double *grad = oc_random(n, 1.0, false);
@@ -110,10 +111,12 @@ Test(optim, default_rule_skips_biases_norms_ssm_and_embeddings)
 {
     for (size_t i = 0; i < OC_COUNT; i++)
         cr_assert_eq(tg_optim_default_no_decay(oc_model[i].name), !oc_model[i].decays, "%s", oc_model[i].name);
-    const char *no_decay[] = {"bias", "fc.bias", "ln_f.weight", "h.3.ln.weight", "layernorm.weight", "tok_embeddings.weight",
-                              "x.D", "a.b.A_log", "rmsnorm.scale"};
-    const char *decay[] = {"weight", "fc.weight", "Dense.weight", "x.D.weight", "A_log_proj.weight", "biased.weight",
-                           "lnx.weight", "conv1d.weight", "layers.0.mixer.x_proj.weight"};
+    const char *no_decay[] = {"bias",          "fc.bias",          "ln_f.weight",
+                              "h.3.ln.weight", "layernorm.weight", "tok_embeddings.weight",
+                              "x.D",           "a.b.A_log",        "rmsnorm.scale"};
+    const char *decay[] = {"weight",     "fc.weight",         "Dense.weight",
+                           "x.D.weight", "A_log_proj.weight", "biased.weight",
+                           "lnx.weight", "conv1d.weight",     "layers.0.mixer.x_proj.weight"};
     for (size_t i = 0; i < sizeof no_decay / sizeof *no_decay; i++)
         cr_assert(tg_optim_default_no_decay(no_decay[i]), "%s should not decay", no_decay[i]);
     for (size_t i = 0; i < sizeof decay / sizeof *decay; i++)
@@ -145,7 +148,7 @@ Test(optim, weight_decay_is_skipped_where_it_should_be)
     for (int64_t i = 0; i < n; i++) {
         const char *name = oc_model[oc_param_of(params, i)].name;
         double wd = !strcmp(name, "backbone.layers.0.mixer.conv1d.bias") ? 2 * config.weight_decay
-                    : oc_model[oc_param_of(params, i)].decays           ? config.weight_decay
+                    : oc_model[oc_param_of(params, i)].decays            ? config.weight_decay
                                                                          : 0.0;
         double want = before[i] * (1 - config.lr * wd);
         cr_assert(after[i] == want, "%s (element %lld): %.17g, expected %.17g", name, (long long)i, after[i], want);
@@ -161,7 +164,8 @@ Test(optim, group_requests_that_cannot_work)
     tg_optim_config config = tg_adamw_config(0.01);
     tg_optim *opt = tg_optim_create(params, &config);
     cr_assert_neq(tg_optim_assign(opt, "decoder.*", TG_OPTIM_GROUP_DECAY, NULL), TG_OK);
-    cr_assert(strstr(tg_last_error(), "tg_optim_assign") && strstr(tg_last_error(), "decoder.*"), "%s", tg_last_error());
+    cr_assert(strstr(tg_last_error(), "tg_optim_assign") && strstr(tg_last_error(), "decoder.*"), "%s",
+              tg_last_error());
     cr_assert_neq(tg_optim_assign(opt, "*", 7, NULL), TG_OK);
     cr_assert(strstr(tg_last_error(), "group 7"), "%s", tg_last_error());
     cr_assert_eq(tg_optim_add_group(opt, (tg_optim_group){-1.0, 0.0}), -1);
@@ -258,7 +262,8 @@ Test(optim, non_finite_gradient_norm_stops_the_step)
 {
     tg_params *params = oc_store(TG_F32, TG_DEVICE_CPU);
     int64_t n = tg_params_numel(params);
-    double *grad = oc_random(n, 1.0, false), *before = malloc((size_t)n * sizeof *before), *after = malloc((size_t)n * sizeof *after);
+    double *grad = oc_random(n, 1.0, false), *before = malloc((size_t)n * sizeof *before),
+           *after = malloc((size_t)n * sizeof *after);
     grad[tt_randint(0, n - 1)] = tt_randint(0, 1) ? NAN : INFINITY;
     oc_put(params, grad, true);
     tg_optim_config config = tg_adamw_config(0.01);
@@ -301,8 +306,12 @@ Test(optim, cosine_schedule_at_known_points)
     tg_schedule warm = {TG_SCHEDULE_CONSTANT, 4, 0, 0};
     cr_assert_eq(tg_schedule_factor(&warm, 1), 0.5);
     cr_assert_eq(tg_schedule_factor(&warm, 99), 1.0);
-    tg_schedule bad[] = {{TG_SCHEDULE_COSINE, 10, 5, 0}, {TG_SCHEDULE_COSINE, 0, 10, 1.5}, {7, 0, 0, 0}, {TG_SCHEDULE_CONSTANT, -1, 0, 0}};
-    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) cr_assert(isnan(tg_schedule_factor(&bad[i], 0)), "bad %zu", i);
+    tg_schedule bad[] = {{TG_SCHEDULE_COSINE, 10, 5, 0},
+                         {TG_SCHEDULE_COSINE, 0, 10, 1.5},
+                         {7, 0, 0, 0},
+                         {TG_SCHEDULE_CONSTANT, -1, 0, 0}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        cr_assert(isnan(tg_schedule_factor(&bad[i], 0)), "bad %zu", i);
 }
 
 /* The optimizer's lr follows the schedule, step by step, and drives the update: SGD
@@ -314,7 +323,8 @@ Test(optim, the_step_uses_the_scheduled_lr)
     tg_optim_config config = tg_sgd_config(uniform(0.1, 1), 0);
     config.schedule = (tg_schedule){TG_SCHEDULE_COSINE, 3, 9, 0.1};
     tg_optim *opt = tg_optim_create(params, &config);
-    double *grad = oc_random(n, 1.0, false), *before = malloc((size_t)n * sizeof *before), *after = malloc((size_t)n * sizeof *after);
+    double *grad = oc_random(n, 1.0, false), *before = malloc((size_t)n * sizeof *before),
+           *after = malloc((size_t)n * sizeof *after);
     oc_put(params, grad, true);
     for (int64_t step = 0; step < 12; step++) {
         double lr = config.lr * tg_schedule_factor(&config.schedule, step);
@@ -348,7 +358,8 @@ static tg_tensor *mse(tg_tape *tape, tg_tensor *w, const double *x, const double
 static void check_accumulation(tg_optim_config config)
 {
     const int64_t rows = MICRO * PER_MICRO;
-    double *x = oc_random(rows * FEATURES, 1.0, false), *y = oc_random(rows, 1.0, false), *w0 = oc_random(FEATURES, 1.0, false);
+    double *x = oc_random(rows * FEATURES, 1.0, false), *y = oc_random(rows, 1.0, false),
+           *w0 = oc_random(FEATURES, 1.0, false);
     tg_params *big = tg_params_create(TG_DEVICE_CPU), *small = tg_params_create(TG_DEVICE_CPU);
     tg_tensor *wb = tg_params_add(big, "w", TG_F64, 2, (int64_t[]){FEATURES, 1});
     tg_tensor *ws = tg_params_add(small, "w", TG_F64, 2, (int64_t[]){FEATURES, 1});
@@ -357,7 +368,8 @@ static void check_accumulation(tg_optim_config config)
     cr_assert_eq(tg_backward(tape, mse(tape, wb, x, y, rows)), TG_OK, "%s", tg_last_error());
     tg_tape_reset(tape);
     for (int k = 0; k < MICRO; k++) {
-        cr_assert_eq(tg_backward(tape, mse(tape, ws, x + k * PER_MICRO * FEATURES, y + k * PER_MICRO, PER_MICRO)), TG_OK);
+        cr_assert_eq(tg_backward(tape, mse(tape, ws, x + k * PER_MICRO * FEATURES, y + k * PER_MICRO, PER_MICRO)),
+                     TG_OK);
         tg_tape_reset(tape);
     }
     double gb[FEATURES], gs[FEATURES], pb[FEATURES], ps[FEATURES];
@@ -411,7 +423,8 @@ Test(optim, bf16_store_updates_an_f32_master)
 {
     tg_params *low = oc_store(TG_BF16, TG_DEVICE_CPU), *full = oc_store(TG_F32, TG_DEVICE_CPU);
     int64_t n = tg_params_numel(low);
-    double *values = oc_random(n, 1.0, true), *got = malloc((size_t)n * sizeof *got), *want = malloc((size_t)n * sizeof *want);
+    double *values = oc_random(n, 1.0, true), *got = malloc((size_t)n * sizeof *got),
+           *want = malloc((size_t)n * sizeof *want);
     oc_put(low, values, false), oc_put(full, values, false);
     tg_optim_config config = tg_adamw_config(1e-4); /* each step moves far less than a bf16 step of ~4e-3 */
     tg_optim *ol = tg_optim_create(low, &config), *of = tg_optim_create(full, &config);
@@ -428,10 +441,12 @@ Test(optim, bf16_store_updates_an_f32_master)
     int64_t moved = 0;
     for (int64_t i = 0; i < n; i++) {
         double rounded = tg_bf16_to_f32(tg_f32_to_bf16((float)want[i]));
-        cr_assert_eq(got[i], rounded, "element %lld: bf16 %.9g, the f32 run rounded %.9g", (long long)i, got[i], rounded);
+        cr_assert_eq(got[i], rounded, "element %lld: bf16 %.9g, the f32 run rounded %.9g", (long long)i, got[i],
+                     rounded);
         moved += got[i] != values[i];
     }
-    cr_assert_gt(moved, n / 2, "only %lld of %lld values moved: the small updates were lost", (long long)moved, (long long)n);
+    cr_assert_gt(moved, n / 2, "only %lld of %lld values moved: the small updates were lost", (long long)moved,
+                 (long long)n);
     free(values), free(got), free(want);
     tg_optim_free(ol), tg_optim_free(of);
     tg_params_free(low), tg_params_free(full);

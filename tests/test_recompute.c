@@ -33,8 +33,8 @@ static tg_tensor *forward(tg_tape *tape, tg_tensor *x, tg_tensor *w, double scal
     cr_assert(hg && hw, "%s", tg_last_error());
     if (release) {
         model_inputs in = {x, scale};
-        cr_assert_eq(tg_recompute_in_backward(tape, 2, (tg_tensor *[]){h, g}, recompute_h_and_g, &in, sizeof in),
-                     TG_OK, "%s", tg_last_error());
+        cr_assert_eq(tg_recompute_in_backward(tape, 2, (tg_tensor *[]){h, g}, recompute_h_and_g, &in, sizeof in), TG_OK,
+                     "%s", tg_last_error());
     }
     if (h_out) *h_out = h;
     return tg_add(tape, tg_sum_all(tape, tg_mul(tape, hg, hg)), tg_sum_all(tape, hw));
@@ -138,7 +138,8 @@ Test(recompute, bad_arguments_are_refused_and_change_nothing)
     tg_tape *tape = tg_tape_create(), *other = tg_tape_create();
     tg_tensor *x = tt_leaf(tape, TG_F32, 2, (int64_t[]){4, 6});
     tg_tensor *h = tg_exp(tape, x), *g = tg_tanh(tape, x);
-    tg_tensor *part = tg_slice(tape, h, 0, 1, 3, 1), *elsewhere = tg_exp(other, tt_leaf(other, TG_F32, 1, (int64_t[]){3}));
+    tg_tensor *part = tg_slice(tape, h, 0, 1, 3, 1),
+              *elsewhere = tg_exp(other, tt_leaf(other, TG_F32, 1, (int64_t[]){3}));
     tg_tensor *ids = tg_zeros(tape, TG_I32, TG_DEVICE_CPU, 1, (int64_t[]){3});
     cr_assert(part && elsewhere && ids, "%s", tg_last_error());
     tg_tensor *h_before = tt_f64_copy(tape, h, false);
@@ -213,8 +214,7 @@ Test(recompute, giving_back_what_no_backward_reads_changes_no_gradient)
         cr_assert_eq(tg_backward(tape, loss), TG_OK, "%s", tg_last_error());
         grads[give] = tt_f64_copy(tape, a->grad, false);
     }
-    for (int64_t e = 0; e < tg_numel(a); e++)
-        cr_assert_eq(tg_get_flat(grads[0], e), tg_get_flat(grads[1], e));
+    for (int64_t e = 0; e < tg_numel(a); e++) cr_assert_eq(tg_get_flat(grads[0], e), tg_get_flat(grads[1], e));
     tt_state s = tt_snapshot(tape);
     tt_assert_status_failed(&s, tg_give_back(tape, 0, &a), "tg_give_back");
     tt_assert_status_failed(&s, tg_give_back(tape, 1, &a), "tg_give_back");

@@ -40,8 +40,10 @@ static int reduced_shape(const tg_tensor *x, int axis, bool keepdim, int64_t *sh
 {
     int ndim = 0;
     for (int i = 0; i < x->ndim; i++) {
-        if (i != axis) shape[ndim++] = x->shape[i];
-        else if (keepdim) shape[ndim++] = 1;
+        if (i != axis)
+            shape[ndim++] = x->shape[i];
+        else if (keepdim)
+            shape[ndim++] = 1;
     }
     if (ndim == 0) shape[ndim++] = 1; /* a 1-D input reduces to one element, shape (1) */
     return ndim;
@@ -148,8 +150,10 @@ Test(reduce, larger_sums_are_accurate)
         double positive = 0, negative = 0;
         for (int64_t j = 0; j < n; j++) {
             double v = tg_get(x, (int64_t[]){r, j});
-            if (v > 0) positive += v;
-            else negative += v;
+            if (v > 0)
+                positive += v;
+            else
+                negative += v;
         }
         cr_assert_float_eq(tg_get_flat(y, r), positive + negative, 1e-9);
     }
@@ -268,7 +272,6 @@ Test(reduce, f32_and_bf16_match_f64)
 }
 
 /* ---- empty sizes -------------------------------------------------------------------------------- */
-
 
 Test(reduce, sum_over_an_empty_axis_is_zero)
 {

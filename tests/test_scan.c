@@ -101,8 +101,8 @@ static void reference(const scan_inputs *in, const scan_case *c, double *out, do
 
 static void assert_close(double got, double want, double tol, const char *what, const char *name, int64_t i)
 {
-    cr_assert(fabs(got - want) <= tol * (1.0 + fabs(want)), "%s: %s[%lld] = %.17g, want %.17g (seed %llu)", what,
-              name, (long long)i, got, want, (unsigned long long)tt_seed());
+    cr_assert(fabs(got - want) <= tol * (1.0 + fabs(want)), "%s: %s[%lld] = %.17g, want %.17g (seed %llu)", what, name,
+              (long long)i, got, want, (unsigned long long)tt_seed());
 }
 
 /* Output and final state of one call against the reference. */
@@ -164,9 +164,9 @@ static tg_tensor *scan_loss(tg_tape *tape, tg_tensor *const *list, int n, void *
 
 static void describe(const scan_case *c, char *buf, size_t size)
 {
-    snprintf(buf, size, "scan B=%lld D=%lld N=%lld L=%lld chunk=%lld%s%s%s%s%s%s%s%s", (long long)c->B,
-             (long long)c->D, (long long)c->N, (long long)c->L, (long long)c->chunk, c->strided ? " strided" : "",
-             c->f.z ? " z" : "", c->f.Dv ? " Dv" : "", c->f.bias ? " bias" : "", c->f.softplus ? " softplus" : "",
+    snprintf(buf, size, "scan B=%lld D=%lld N=%lld L=%lld chunk=%lld%s%s%s%s%s%s%s%s", (long long)c->B, (long long)c->D,
+             (long long)c->N, (long long)c->L, (long long)c->chunk, c->strided ? " strided" : "", c->f.z ? " z" : "",
+             c->f.Dv ? " Dv" : "", c->f.bias ? " bias" : "", c->f.softplus ? " softplus" : "",
              c->f.initial ? " initial" : "", c->f.final ? " final" : "", c->f.final_only ? " final-only" : "");
 }
 
@@ -192,7 +192,7 @@ static void check_case(scan_case c)
 
 static features random_features(void)
 {
-    return (features){tt_randint(0, 1), tt_randint(0, 1), tt_randint(0, 1), tt_randint(0, 1),
+    return (features){tt_randint(0, 1), tt_randint(0, 1), tt_randint(0, 1),     tt_randint(0, 1),
                       tt_randint(0, 1), tt_randint(0, 1), tt_randint(0, 5) == 0};
 }
 
@@ -219,8 +219,8 @@ Test(scan, every_feature_combination)
 {
     for (int mask = 0; mask < 64; mask++) {
         features f = {mask & 1, mask & 2, mask & 4, mask & 8, mask & 16, mask & 32, false};
-        check_case((scan_case){tt_randint(1, 2), tt_randint(1, 2), tt_randint(1, 3), tt_randint(1, 7),
-                               tt_randint(1, 4), tt_randint(0, 1), f});
+        check_case((scan_case){tt_randint(1, 2), tt_randint(1, 2), tt_randint(1, 3), tt_randint(1, 7), tt_randint(1, 4),
+                               tt_randint(0, 1), f});
     }
 }
 
@@ -229,8 +229,8 @@ Test(scan, gradient_from_final_state_only)
     for (int r = 0; r < 4; r++) {
         features f = random_features();
         f.final_only = true;
-        check_case((scan_case){tt_randint(1, 2), tt_randint(1, 3), tt_randint(1, 3), tt_randint(1, 9),
-                               tt_randint(1, 4), tt_randint(0, 1), f});
+        check_case((scan_case){tt_randint(1, 2), tt_randint(1, 3), tt_randint(1, 3), tt_randint(1, 9), tt_randint(1, 4),
+                               tt_randint(0, 1), f});
     }
 }
 
@@ -271,8 +271,8 @@ static pass_result full_pass(tg_tape *tape, scan_inputs *in, scan_case c, tg_ten
     tg_tensor *final_state = NULL;
     tg_tensor *out = run_scan(tape, in, &c, &final_state);
     cr_assert(out, "%s", tg_last_error());
-    tg_tensor *loss = tg_add(tape, tg_sum_all(tape, tg_mul(tape, out, w)),
-                             tg_sum_all(tape, tg_mul(tape, final_state, wf)));
+    tg_tensor *loss =
+        tg_add(tape, tg_sum_all(tape, tg_mul(tape, out, w)), tg_sum_all(tape, tg_mul(tape, final_state, wf)));
     cr_assert_eq(tg_backward(tape, loss), TG_OK, "%s", tg_last_error());
     pass_result p;
     p.values[0] = host_copy(out, &p.counts[0]);
@@ -289,7 +289,12 @@ static pass_result full_pass(tg_tape *tape, scan_inputs *in, scan_case c, tg_ten
 Test(scan, chunk_size_does_not_change_results)
 {
     tg_tape *tape = tg_tape_create();
-    scan_case c = {tt_randint(1, 3), tt_randint(1, 3), tt_randint(1, 4), tt_randint(5, 40), 1, tt_randint(0, 1),
+    scan_case c = {tt_randint(1, 3),
+                   tt_randint(1, 3),
+                   tt_randint(1, 4),
+                   tt_randint(5, 40),
+                   1,
+                   tt_randint(0, 1),
                    {true, true, true, true, true, true, false}};
     scan_inputs in = make_inputs(tape, TG_F64, &c);
     tg_tensor *w = tt_randn(tape, TG_F64, 3, (int64_t[]){c.B, c.D, c.L});
@@ -302,8 +307,8 @@ Test(scan, chunk_size_does_not_change_results)
         for (int i = 0; i < 11; i++)
             for (int64_t j = 0; j < p.counts[i]; j++)
                 cr_assert(fabs(p.values[i][j] - base.values[i][j]) <= 1e-12 * (1.0 + fabs(base.values[i][j])),
-                          "chunk %lld vs 1: result %d[%lld]: %.17g vs %.17g (L=%lld, seed %llu)", (long long)c.chunk,
-                          i, (long long)j, p.values[i][j], base.values[i][j], (long long)c.L,
+                          "chunk %lld vs 1: result %d[%lld]: %.17g vs %.17g (L=%lld, seed %llu)", (long long)c.chunk, i,
+                          (long long)j, p.values[i][j], base.values[i][j], (long long)c.L,
                           (unsigned long long)tt_seed());
         free_pass(&p);
     }
@@ -324,7 +329,12 @@ static tg_tensor *steps(tg_tape *tape, tg_tensor *x, int64_t t0, int64_t len)
 Test(scan, pieces_with_states_match_one_pass)
 {
     tg_tape *tape = tg_tape_create();
-    scan_case c = {tt_randint(1, 3), tt_randint(1, 3), tt_randint(1, 4), tt_randint(2, 20), tt_randint(1, 4), false,
+    scan_case c = {tt_randint(1, 3),
+                   tt_randint(1, 3),
+                   tt_randint(1, 4),
+                   tt_randint(2, 20),
+                   tt_randint(1, 4),
+                   false,
                    {true, true, true, true, tt_randint(0, 1), true, false}};
     int64_t L1 = tt_randint(1, c.L - 1);
     scan_inputs in = make_inputs(tape, TG_F64, &c);
@@ -412,8 +422,13 @@ Test(scan, backward_is_deterministic)
 static void thread_count_changes_nothing(tg_dtype dtype)
 {
     tg_tape *tape = tg_tape_create();
-    scan_case c = {tt_randint(4, 9), tt_randint(2, 40), tt_randint(1, 17), tt_randint(20, 90), tt_randint(4, 30),
-                   tt_randint(0, 1), {true, true, true, true, true, true, false}};
+    scan_case c = {tt_randint(4, 9),
+                   tt_randint(2, 40),
+                   tt_randint(1, 17),
+                   tt_randint(20, 90),
+                   tt_randint(4, 30),
+                   tt_randint(0, 1),
+                   {true, true, true, true, true, true, false}};
     scan_inputs in = make_inputs(tape, dtype, &c);
     tg_tensor *w = tt_randn(tape, dtype, 3, (int64_t[]){c.B, c.D, c.L});
     tg_tensor *wf = tt_randn(tape, dtype, 3, (int64_t[]){c.B, c.D, c.N});
@@ -426,8 +441,7 @@ static void thread_count_changes_nothing(tg_dtype dtype)
         pass_result p = full_pass(tape, &in, c, w, wf);
         for (int i = 0; i < 11; i++)
             for (int64_t j = 0; j < p.counts[i]; j++)
-                cr_assert(p.values[i][j] == base.values[i][j] ||
-                              (isnan(p.values[i][j]) && isnan(base.values[i][j])),
+                cr_assert(p.values[i][j] == base.values[i][j] || (isnan(p.values[i][j]) && isnan(base.values[i][j])),
                           "%d threads vs 1: result %d[%lld]: %.17g vs %.17g (B=%lld)", threads[k], i, (long long)j,
                           p.values[i][j], base.values[i][j], (long long)c.B);
         free_pass(&p);
@@ -450,7 +464,12 @@ static void check_case_against_f64(tg_dtype dtype, double tol, bool strided)
     tg_tape *tape = tg_tape_create();
     /* D to 40: whole and partial groups of the float path's 16 channels; L to 80: whole and
      * partial blocks of 16 steps */
-    scan_case c = {tt_randint(1, 3), tt_randint(1, 40), tt_randint(1, 8), tt_randint(1, 80), tt_randint(1, 16), strided,
+    scan_case c = {tt_randint(1, 3),
+                   tt_randint(1, 40),
+                   tt_randint(1, 8),
+                   tt_randint(1, 80),
+                   tt_randint(1, 16),
+                   strided,
                    {true, true, true, true, true, true, false}};
     scan_inputs low = make_inputs(tape, dtype, &c), in64;
     tg_tensor **lows[9] = {&low.u, &low.delta, &low.A, &low.Bm, &low.Cm, &low.Dv, &low.z, &low.bias, &low.init};
@@ -469,10 +488,10 @@ static void check_case_against_f64(tg_dtype dtype, double tol, bool strided)
     describe(&c, what, sizeof what);
     cr_assert_lt(tt_rel_error(out_low, out64), tol, "%s %s: out", tg_dtype_name(dtype), what);
     cr_assert_lt(tt_rel_error(final_low, final64), tol, "%s %s: final", tg_dtype_name(dtype), what);
-    tg_tensor *loss64 = tg_add(tape, tg_sum_all(tape, tg_mul(tape, out64, w64)),
-                               tg_sum_all(tape, tg_mul(tape, final64, wf64)));
-    tg_tensor *loss_low = tg_add(tape, tg_sum_all(tape, tg_mul(tape, out_low, w)),
-                                 tg_sum_all(tape, tg_mul(tape, final_low, wf)));
+    tg_tensor *loss64 =
+        tg_add(tape, tg_sum_all(tape, tg_mul(tape, out64, w64)), tg_sum_all(tape, tg_mul(tape, final64, wf64)));
+    tg_tensor *loss_low =
+        tg_add(tape, tg_sum_all(tape, tg_mul(tape, out_low, w)), tg_sum_all(tape, tg_mul(tape, final_low, wf)));
     cr_assert_eq(tg_backward(tape, loss64), TG_OK, "%s", tg_last_error());
     cr_assert_eq(tg_backward(tape, loss_low), TG_OK, "%s", tg_last_error());
     for (int i = 0; i < 9; i++)
@@ -545,8 +564,8 @@ Test(scan, bad_inputs_fail_cleanly)
                           "[2, 4, 4]", NULL);
     tt_assert_failed_with(&s, tg_selective_scan(tape, u, delta, A, Bm, Cm, &(opts){.Dv = Dv_wrong}), op, "Dv", "[3]",
                           "[4]", NULL);
-    tt_assert_failed_with(&s, tg_selective_scan(tape, u, delta, A, Bm, Cm, &(opts){.z = z_wrong}), op, "z",
-                          "[2, 3, 5]", "[2, 3, 4]", NULL);
+    tt_assert_failed_with(&s, tg_selective_scan(tape, u, delta, A, Bm, Cm, &(opts){.z = z_wrong}), op, "z", "[2, 3, 5]",
+                          "[2, 3, 4]", NULL);
     tt_assert_failed_with(&s, tg_selective_scan(tape, u, delta, A, Bm, Cm, &(opts){.delta_bias = bias_wrong}), op,
                           "delta_bias", "[3]", "[2]", NULL);
     tt_assert_failed_with(
@@ -555,8 +574,7 @@ Test(scan, bad_inputs_fail_cleanly)
         op, "initial_state", "[2, 3, 4]", "[2, 3, 5]", NULL);
     cr_assert_null(final_state, "a failed call must not hand out a final state");
     tt_assert_failed_with(&s, tg_selective_scan(tape, u, delta64, A, Bm, Cm, NULL), op, "dtype", "f64", "f32", NULL);
-    tt_assert_failed_with(&s, tg_selective_scan(tape, u, delta, A, Bm, Cm, &(opts){.Dv = Dv64}), op, "Dv", "f64",
-                          NULL);
+    tt_assert_failed_with(&s, tg_selective_scan(tape, u, delta, A, Bm, Cm, &(opts){.Dv = Dv64}), op, "Dv", "f64", NULL);
     tt_assert_failed_with(&s, tg_selective_scan(tape, ids, delta, A, Bm, Cm, NULL), op, "i32", NULL);
     tt_assert_failed_with(&s, tg_selective_scan(tape, u_cuda, delta, A, Bm, Cm, NULL), op, "cuda", NULL);
     tt_assert_failed_with(&s, tg_selective_scan(tape, u, delta, A, Bm_cuda, Cm, NULL), op, "cuda", NULL);

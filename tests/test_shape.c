@@ -299,8 +299,8 @@ Test(shape, slice_gradcheck_random_bounds_and_steps)
         tg_tensor *x = random_input(tape, round % 2, 3, shape);
         tg_tensor *inputs[2] = {x, tt_randn(tape, TG_F64, 3, wshape)};
         char what[96];
-        snprintf(what, sizeof what, "tg_slice axis %d [%lld:%lld:%lld]%s", s.axis, (long long)s.start,
-                 (long long)s.end, (long long)s.step, round % 2 ? " strided" : "");
+        snprintf(what, sizeof what, "tg_slice axis %d [%lld:%lld:%lld]%s", s.axis, (long long)s.start, (long long)s.end,
+                 (long long)s.step, round % 2 ? " strided" : "");
         tt_gradcheck(what, slice_loss, inputs, 2, &s, NULL);
         tg_tape_free(tape);
     }
@@ -339,12 +339,12 @@ Test(shape, slice_values_bounds_and_shared_storage)
     /* explicit NumPy-style edges on a length-6 axis */
     tg_tensor *x = tt_randn(tape, TG_F64, 2, (int64_t[]){2, 6});
     const slice_arg edges[] = {
-        {1, -2, INT64_MAX, 1},  /* the last two */
-        {1, 4, 2, 1},           /* start after end: empty */
-        {1, -100, 100, 2},      /* clamped to the whole axis */
-        {1, 0, 6, INT64_MAX},   /* one element */
-        {0, 2, 5, 1},           /* start = dim: empty */
-        {-1, 1, -1, 3},         /* negative end */
+        {1, -2, INT64_MAX, 1}, /* the last two */
+        {1, 4, 2, 1},          /* start after end: empty */
+        {1, -100, 100, 2},     /* clamped to the whole axis */
+        {1, 0, 6, INT64_MAX},  /* one element */
+        {0, 2, 5, 1},          /* start = dim: empty */
+        {-1, 1, -1, 3},        /* negative end */
     };
     for (size_t e = 0; e < sizeof edges / sizeof edges[0]; e++) {
         const slice_arg *s = &edges[e];
@@ -437,7 +437,8 @@ Test(shape, concat_with_an_empty_piece)
 {
     tg_tape *tape = tg_tape_create();
     int64_t rows = tt_randint(1, 4);
-    tg_tensor *xs[3] = {tt_randn(tape, TG_F64, 2, (int64_t[]){rows, 2}), tt_randn(tape, TG_F64, 2, (int64_t[]){rows, 0}),
+    tg_tensor *xs[3] = {tt_randn(tape, TG_F64, 2, (int64_t[]){rows, 2}),
+                        tt_randn(tape, TG_F64, 2, (int64_t[]){rows, 0}),
                         tt_strided_leaf(tape, TG_F64, 2, (int64_t[]){rows, 3})};
     tg_tensor *y = tg_concat(tape, xs, 3, -1);
     cr_assert(y, "%s", tg_last_error());
@@ -464,7 +465,8 @@ static tg_tensor *split_loss(tg_tape *tape, tg_tensor *const *in, int n_inputs, 
     if (tg_split(tape, in[0], s->axis, s->n, s->sizes, pieces) != TG_OK) return NULL;
     if (tg_split(tape, in[1], s->axis, s->n, s->sizes, weights) != TG_OK) return NULL;
     tg_tensor *loss = weighted_sum(tape, pieces[s->n - 1], weights[s->n - 1]);
-    for (int i = 0; !s->last_only && i < s->n - 1; i++) loss = tg_add(tape, loss, weighted_sum(tape, pieces[i], weights[i]));
+    for (int i = 0; !s->last_only && i < s->n - 1; i++)
+        loss = tg_add(tape, loss, weighted_sum(tape, pieces[i], weights[i]));
     return loss;
 }
 

@@ -261,7 +261,8 @@ Test(tape, reset_frees_the_step_and_reuses_addresses)
             for (int i = 0; i < 3; i++) first_addresses[i] = addresses[i];
             bytes_after_first = tg_tape_bytes_in_use(tape);
         } else if (step > 1) {
-            for (int i = 0; i < 3; i++) cr_assert_eq(addresses[i], first_addresses[i], "step %d tensor %d moved", step, i);
+            for (int i = 0; i < 3; i++)
+                cr_assert_eq(addresses[i], first_addresses[i], "step %d tensor %d moved", step, i);
             cr_assert_eq(tg_tape_bytes_in_use(tape), bytes_after_first);
         }
         tg_tape_reset(tape);

@@ -81,8 +81,7 @@ Test(tensor, strided_views_read_and_write_through)
     tg_tensor *t = tg_view(tape, base, 2, (int64_t[]){C, R}, (int64_t[]){1, C}, 0);
     cr_assert(!tg_is_contiguous(t));
     for (int64_t i = 0; i < R; i++)
-        for (int64_t j = 0; j < C; j++)
-            cr_assert_eq(tg_get(t, (int64_t[]){j, i}), tg_get(base, (int64_t[]){i, j}));
+        for (int64_t j = 0; j < C; j++) cr_assert_eq(tg_get(t, (int64_t[]){j, i}), tg_get(base, (int64_t[]){i, j}));
     tg_set(t, (int64_t[]){1, 0}, 99.0);
     cr_assert_eq(tg_get(base, (int64_t[]){0, 1}), 99.0);
     /* A contiguous copy keeps the values in row-major order of the view. */
@@ -114,16 +113,18 @@ Test(tensor, creation_errors)
                           "overflow", NULL);
     tt_assert_failed_with(&s, tg_empty(tape, TG_F32, TG_DEVICE_CPU, 2, (int64_t[]){(int64_t)1 << 40, (int64_t)1 << 40}),
                           "tg_empty", "overflow", NULL);
-    tt_assert_failed_with(&s, tg_empty(tape, TG_F32, TG_DEVICE_CPU, 2, (int64_t[]){2, -3}), "tg_empty", "negative", NULL);
+    tt_assert_failed_with(&s, tg_empty(tape, TG_F32, TG_DEVICE_CPU, 2, (int64_t[]){2, -3}), "tg_empty", "negative",
+                          NULL);
     tt_assert_failed_with(&s, tg_empty(tape, TG_F32, TG_DEVICE_CPU, 0, (int64_t[]){2}), "tg_empty", "ndim", NULL);
     tt_assert_failed_with(&s, tg_empty(tape, TG_F32, TG_DEVICE_CPU, TG_MAX_DIMS + 1, (int64_t[]){1, 1, 1, 1, 1, 1, 1}),
                           "tg_empty", "ndim", NULL);
-    tt_assert_failed_with(&s, tg_empty(tape, (tg_dtype)42, TG_DEVICE_CPU, 1, (int64_t[]){2}), "tg_empty", "dtype", NULL);
+    tt_assert_failed_with(&s, tg_empty(tape, (tg_dtype)42, TG_DEVICE_CPU, 1, (int64_t[]){2}), "tg_empty", "dtype",
+                          NULL);
     tt_assert_failed_with(&s, tg_empty(NULL, TG_F32, TG_DEVICE_CPU, 1, (int64_t[]){2}), "tg_empty", "tape", NULL);
     if (!tg_device_available(TG_DEVICE_CUDA))
         cr_assert_eq(tg_device_resolve(TG_DEVICE_AUTO), TG_DEVICE_CPU, "AUTO falls back to the CPU without a GPU");
-    tt_assert_failed_with(&s, tg_from_data(tape, TG_F32, TG_DEVICE_CPU, 1, (int64_t[]){2}, NULL), "tg_from_data", "NULL",
-                          NULL);
+    tt_assert_failed_with(&s, tg_from_data(tape, TG_F32, TG_DEVICE_CPU, 1, (int64_t[]){2}, NULL), "tg_from_data",
+                          "NULL", NULL);
     cr_assert_null(tg_tensor_new(TG_F32, TG_DEVICE_CPU, 1, (int64_t[]){INT64_MAX}));
     cr_assert(strstr(tg_last_error(), "tg_tensor_new") && strstr(tg_last_error(), "overflow"), "%s", tg_last_error());
     /* Marking: only float leaves. */

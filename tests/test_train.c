@@ -64,8 +64,7 @@ Test(train, the_task_needs_the_convolution)
     int steps;
     double accuracy = train(LAG, 200, &steps);
     cr_assert_lt(accuracy, 0.5, "K=%d cannot see %d steps back, yet reached %.3f", LAG, LAG, accuracy);
-    cr_log_info("shift task, K=%d: %.1f%% after %d steps (chance %.1f%%)", LAG, 100 * accuracy, steps,
-                100.0 / VOCAB);
+    cr_log_info("shift task, K=%d: %.1f%% after %d steps (chance %.1f%%)", LAG, 100 * accuracy, steps, 100.0 / VOCAB);
 }
 
 typedef struct {

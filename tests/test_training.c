@@ -83,8 +83,8 @@ static tg_tensor *ids_tensor(tg_tape *tape, const batch *b, const int32_t *value
 /* The model's mean cross-entropy over the batch's scored positions. */
 static tg_tensor *lm_loss(tg_tape *tape, const lm *m, const batch *b)
 {
-    tg_tensor *loss = tg_mamba_loss(tape, m->model, ids_tensor(tape, b, b->inputs), ids_tensor(tape, b, b->targets),
-                                    TG_IGNORE_INDEX);
+    tg_tensor *loss =
+        tg_mamba_loss(tape, m->model, ids_tensor(tape, b, b->inputs), ids_tensor(tape, b, b->targets), TG_IGNORE_INDEX);
     cr_assert(loss, "%s (seed %llu)", tg_last_error(), SEED);
     return loss;
 }
@@ -153,8 +153,14 @@ Test(training, whole_model_gradient_along_random_directions)
     /* Sizes away from the defaults: d_conv 3, dt_rank 2, and scan chunks of 3 over L = 10
      * (four chunks, the last one short). */
     const int64_t V = 11;
-    tg_mamba_config config = {.vocab_size = V, .d_model = 8, .n_layer = 2, .d_state = 4, .d_conv = 3,
-                              .dt_rank = 2, .dtype = TG_F64, .scan_chunk = 3};
+    tg_mamba_config config = {.vocab_size = V,
+                              .d_model = 8,
+                              .n_layer = 2,
+                              .d_state = 4,
+                              .d_conv = 3,
+                              .dt_rank = 2,
+                              .dtype = TG_F64,
+                              .scan_chunk = 3};
     lm m = lm_new(config, tg_rng_next(tt_rng()));
     randomise(m.params, tt_rng());
     batch b = batch_new(3, 10);
@@ -221,8 +227,9 @@ Test(training, whole_model_gradient_along_random_directions)
                 "moves the derivative by %.3g bounds",
                 DIRECTIONS, (long long)P, worst, least);
     for (size_t t = 0; t < n_tensors; t++)
-        cr_assert(left_out[t] > 2, "%s: its share of the directional derivatives is too small to be checked "
-                                    "(%.3g of the bound; seed %llu)",
+        cr_assert(left_out[t] > 2,
+                  "%s: its share of the directional derivatives is too small to be checked "
+                  "(%.3g of the bound; seed %llu)",
                   tg_params_get(m.params, t)->name, left_out[t], SEED);
     free(left_out);
     free(theta), free(grad), free(v), free(shifted);
@@ -492,8 +499,8 @@ enum { K = 4, PER_MICRO = 3, ACC_STEPS = 3 };
  * step measures a norm: the mean's, not the sum's (K times larger). */
 Test(training, micro_batches_equal_one_large_batch)
 {
-    tg_mamba_config config = {.vocab_size = 8, .d_model = 12, .n_layer = 2, .d_state = 4, .dtype = TG_F64,
-                              .scan_chunk = 4};
+    tg_mamba_config config = {
+        .vocab_size = 8, .d_model = 12, .n_layer = 2, .d_state = 4, .dtype = TG_F64, .scan_chunk = 4};
     const uint64_t seed = tg_rng_next(tt_rng());
     lm big = lm_new(config, seed), small = lm_new(config, seed);
     tg_optim_config oc = tg_adamw_config(1e-2);
@@ -521,13 +528,17 @@ Test(training, micro_batches_equal_one_large_batch)
             norm += g_big[i] * g_big[i];
         }
         worst_grad = fmax(worst_grad, sqrt(diff / norm) / 1e-13);
-        cr_assert(sqrt(diff) <= 1e-13 * sqrt(norm), "step %d: summed gradients / %d differ by %.3g of the norm "
-                  "(seed %llu)", step, K, sqrt(diff / norm), SEED);
+        cr_assert(sqrt(diff) <= 1e-13 * sqrt(norm),
+                  "step %d: summed gradients / %d differ by %.3g of the norm "
+                  "(seed %llu)",
+                  step, K, sqrt(diff / norm), SEED);
         cr_assert_eq(tg_optim_step(opt_big, 1), TG_OK, "%s", tg_last_error());
         cr_assert_eq(tg_optim_step(opt_small, K), TG_OK, "%s", tg_last_error());
         double norm_big = tg_optim_last_grad_norm(opt_big), norm_small = tg_optim_last_grad_norm(opt_small);
-        cr_assert(fabs(norm_small - norm_big) <= 1e-13 * norm_big, "step %d: gradient norm %.17g accumulated, "
-                  "%.17g in one batch (seed %llu)", step, norm_small, norm_big, SEED);
+        cr_assert(fabs(norm_small - norm_big) <= 1e-13 * norm_big,
+                  "step %d: gradient norm %.17g accumulated, "
+                  "%.17g in one batch (seed %llu)",
+                  step, norm_small, norm_big, SEED);
         const double *p_big = tg_params_data(big.params), *p_small = tg_params_data(small.params);
         double p_diff = 0, p_norm = 0;
         for (int64_t i = 0; i < P; i++) {
@@ -539,8 +550,8 @@ Test(training, micro_batches_equal_one_large_batch)
                   step, sqrt(p_diff / p_norm), SEED);
         tg_params_zero_grad(big.params), tg_params_zero_grad(small.params);
     }
-    cr_log_info("%d micro-batches against one batch: gradients within %.2g of their bound, parameters within %.2g",
-                K, worst_grad, worst_param);
+    cr_log_info("%d micro-batches against one batch: gradients within %.2g of their bound, parameters within %.2g", K,
+                worst_grad, worst_param);
     batch_free(&b);
     tg_tape_free(tape);
     tg_optim_free(opt_big), tg_optim_free(opt_small);
@@ -583,8 +594,8 @@ static void assert_only_parameters_hold_gradients(tg_tape *tape, const lm *m, co
     for (const tg_node *node = loss->producer; node; node = node->prev, nodes++) {
         for (int j = 0; j < node->n_outputs; j++) {
             const tg_tensor *out = node->outputs[j];
-            cr_assert(!out || !out->grad, "output %d of %s still holds its gradient after the backward (seed %llu)",
-                      j, node->op, SEED);
+            cr_assert(!out || !out->grad, "output %d of %s still holds its gradient after the backward (seed %llu)", j,
+                      node->op, SEED);
         }
         for (int i = 0; i < node->n_inputs; i++) {
             const tg_tensor *in = node->inputs[i];
@@ -650,8 +661,7 @@ Test(training, backward_leaves_gradients_on_parameters_only_and_steps_reuse_the_
                      (long long)(mem[step].heap_after_backward - mem[step].heap_after_forward));
         cr_assert_lt(mem[step].heap_peak_in_backward - mem[step].heap_after_forward, mem[step].tape_after_forward,
                      "step %d: the backward's gradients took as much as the activations", step);
-        cr_assert_eq(mem[step].tape_after_forward, mem[0].tape_after_forward, "step %d: tape after the forward",
-                     step);
+        cr_assert_eq(mem[step].tape_after_forward, mem[0].tape_after_forward, "step %d: tape after the forward", step);
         cr_assert_eq(mem[step].tape_after_backward, mem[0].tape_after_backward, "step %d: tape after the backward",
                      step);
         cr_assert_eq(mem[step].tape_peak, mem[0].tape_peak, "step %d: the tape's peak", step);

@@ -179,8 +179,8 @@ static void assert_clean(const tt_state *before, const char *op)
     const char *message = tg_last_error();
     cr_assert(strstr(message, op), "the error should name %s, got: \"%s\"", op, message);
     cr_assert_eq(tg_tape_node_count(before->tape), before->nodes, "%s: a failed op left nodes on the tape", op);
-    cr_assert_eq(tg_tape_bytes_in_use(before->tape), before->bytes, "%s: a failed op left memory on the tape (%s)",
-                 op, message);
+    cr_assert_eq(tg_tape_bytes_in_use(before->tape), before->bytes, "%s: a failed op left memory on the tape (%s)", op,
+                 message);
 }
 
 void tt_assert_failed(const tt_state *before, const void *result, const char *op)

@@ -57,9 +57,9 @@ TG_API tg_tensor *tg_detach(tg_tape *tape, tg_tensor *x);
 typedef tg_status (*tg_backward_fn)(tg_node *node, tg_tensor *const *dy, tg_tensor **dx);
 
 struct tg_node {
-    const char *op;          /* name, for messages */
+    const char *op; /* name, for messages */
     tg_backward_fn backward;
-    tg_tape *tape;           /* where backward allocates */
+    tg_tape *tape; /* where backward allocates */
     int n_inputs;
     tg_tensor **inputs;
     int n_outputs;
@@ -84,7 +84,7 @@ typedef struct {
     int n_inputs;
     tg_tensor *const *outputs;
     int n_outputs;
-    const void *ctx;          /* copied into the tape; may hold tensor pointers */
+    const void *ctx; /* copied into the tape; may hold tensor pointers */
     size_t ctx_size;
 } tg_op_record;
 

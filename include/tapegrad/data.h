@@ -50,8 +50,8 @@ typedef struct {
  * not advanced, and the message names the function and the offending values. */
 TG_API tg_status tg_task_selective_copy_batch(const tg_selective_copy_config *config, tg_rng *rng, int64_t batch,
                                               int64_t seq_len, int32_t *inputs, int32_t *targets);
-TG_API tg_status tg_task_induction_batch(const tg_induction_config *config, tg_rng *rng, int64_t batch,
-                                         int64_t seq_len, int32_t *inputs, int32_t *targets);
+TG_API tg_status tg_task_induction_batch(const tg_induction_config *config, tg_rng *rng, int64_t batch, int64_t seq_len,
+                                         int32_t *inputs, int32_t *targets);
 
 /* The same, into two contiguous (batch, seq_len) TG_I32 tensors on the CPU. */
 TG_API tg_status tg_task_selective_copy_fill(const tg_selective_copy_config *config, tg_rng *rng, tg_tensor *inputs,
@@ -130,8 +130,8 @@ TG_API tg_status tg_text_batch(const tg_text *text, tg_text_split split, tg_rng 
 TG_API int64_t tg_text_window_count(const tg_text *text, tg_text_split split, int64_t seq_len);
 /* Fills rows with windows first, first + 1, …; rows past the last window are padding
  * (inputs 0, targets TG_IGNORE_INDEX). *n_rows (may be NULL) receives the real rows. */
-TG_API tg_status tg_text_windows(const tg_text *text, tg_text_split split, int64_t first, int64_t batch, int64_t seq_len,
-                                 int32_t *inputs, int32_t *targets, int64_t *n_rows);
+TG_API tg_status tg_text_windows(const tg_text *text, tg_text_split split, int64_t first, int64_t batch,
+                                 int64_t seq_len, int32_t *inputs, int32_t *targets, int64_t *n_rows);
 
 #ifdef __cplusplus
 }

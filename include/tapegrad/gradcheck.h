@@ -22,8 +22,7 @@ extern "C" {
 #endif
 
 /* Builds the scalar (a one-element tensor) from inputs on the tape. */
-typedef tg_tensor *(*tg_gradcheck_fn)(tg_tape *tape, tg_tensor *const *inputs, int n_inputs,
-                                      void *user_data);
+typedef tg_tensor *(*tg_gradcheck_fn)(tg_tape *tape, tg_tensor *const *inputs, int n_inputs, void *user_data);
 
 typedef struct {
     double eps;                     /* default 1e-6 */
@@ -43,15 +42,15 @@ typedef struct {
     int worst_direction;                 /* the direction number when worst_index is -1 */
     double analytic;                     /* the two values compared there */
     double numeric;
-    double worst_ratio;                  /* |analytic − numeric| / (atol + rtol·|numeric|); ≤ 1 passes */
-    int64_t n_checked;                   /* comparisons made */
-    int64_t n_failed;                    /* comparisons over the tolerance */
+    double worst_ratio; /* |analytic − numeric| / (atol + rtol·|numeric|); ≤ 1 passes */
+    int64_t n_checked;  /* comparisons made */
+    int64_t n_failed;   /* comparisons over the tolerance */
     /* What the failures share, per input: how many, "every one" or "only the last one", an
      * index every failure has along a dimension, the sign and range of the input values at
      * them (e.g. "inputs[0]: 5 of 20 elements, all with index 3 along dimension 1, all at
      * negative input values (-1.9 to -0.2)"); "" when none failed. */
     char pattern[256];
-    char message[768];                   /* a one-line summary, with the pattern */
+    char message[768]; /* a one-line summary, with the pattern */
 } tg_gradcheck_result;
 
 TG_API tg_gradcheck_options tg_gradcheck_defaults(void);

@@ -56,8 +56,8 @@ typedef struct {
     double eps;
 } tg_nn_rmsnorm;
 
-TG_API tg_status tg_nn_rmsnorm_init(tg_nn_rmsnorm *layer, tg_params *params, const char *prefix, int64_t dim, double eps,
-                                    tg_dtype dtype);
+TG_API tg_status tg_nn_rmsnorm_init(tg_nn_rmsnorm *layer, tg_params *params, const char *prefix, int64_t dim,
+                                    double eps, tg_dtype dtype);
 TG_API tg_tensor *tg_nn_rmsnorm_forward(tg_tape *tape, const tg_nn_rmsnorm *layer, tg_tensor *x);
 
 /* ---- Mamba (nn/mamba.c) ------------------------------------------------------------------
@@ -86,20 +86,20 @@ typedef enum {
 
 /* Zero fields take the default shown; tg_mamba_config_resolve fills them in. */
 typedef struct {
-    int64_t vocab_size;   /* required */
-    int64_t d_model;      /* required */
-    int64_t n_layer;      /* required */
-    int64_t d_state;      /* 0: 16 */
-    int64_t expand;       /* 0: 2 (d_inner = expand·d_model) */
-    int64_t d_conv;       /* 0: 4 */
-    int64_t dt_rank;      /* 0: ⌈d_model / 16⌉ */
-    tg_dtype dtype;       /* of every parameter: TG_F32 (0), TG_F64, TG_BF16 or TG_F16 */
-    double eps;           /* of the RMSNorms; 0: 1e-5 */
-    double dt_min;        /* dt at initialisation is log-uniform in [dt_min, dt_max]; 0: 1e-3 */
-    double dt_max;        /* 0: 0.1 */
-    double dt_init_floor; /* and at least this; 0: 1e-4 */
-    double embedding_std; /* 0: 0.02 */
-    int64_t scan_chunk;   /* steps per recompute chunk of the selective scan's backward; 0: 64 */
+    int64_t vocab_size;               /* required */
+    int64_t d_model;                  /* required */
+    int64_t n_layer;                  /* required */
+    int64_t d_state;                  /* 0: 16 */
+    int64_t expand;                   /* 0: 2 (d_inner = expand·d_model) */
+    int64_t d_conv;                   /* 0: 4 */
+    int64_t dt_rank;                  /* 0: ⌈d_model / 16⌉ */
+    tg_dtype dtype;                   /* of every parameter: TG_F32 (0), TG_F64, TG_BF16 or TG_F16 */
+    double eps;                       /* of the RMSNorms; 0: 1e-5 */
+    double dt_min;                    /* dt at initialisation is log-uniform in [dt_min, dt_max]; 0: 1e-3 */
+    double dt_max;                    /* 0: 0.1 */
+    double dt_init_floor;             /* and at least this; 0: 1e-4 */
+    double embedding_std;             /* 0: 0.02 */
+    int64_t scan_chunk;               /* steps per recompute chunk of the selective scan's backward; 0: 64 */
     tg_mamba_activations activations; /* 0: TG_ACTIVATIONS_AUTO */
 } tg_mamba_config;
 
@@ -110,14 +110,14 @@ TG_API tg_status tg_mamba_config_resolve(const tg_mamba_config *config, tg_mamba
 /* The mixer: parameter names are relative to its prefix ("backbone.layers.0.mixer"). */
 typedef struct {
     int64_t d_model, d_inner, d_state, d_conv, dt_rank, scan_chunk;
-    tg_tensor *A_log;       /* "A_log" (d_inner, d_state); A = −exp(A_log) */
-    tg_tensor *D;           /* "D" (d_inner): the skip y += D·u */
-    tg_nn_linear in_proj;   /* "in_proj" d_model → 2·d_inner, no bias */
-    tg_tensor *conv_weight; /* "conv1d.weight" (d_inner, 1, d_conv), as PyTorch's Conv1d stores it */
-    tg_tensor *conv_bias;   /* "conv1d.bias" (d_inner) */
-    tg_nn_linear x_proj;    /* "x_proj" d_inner → dt_rank + 2·d_state, no bias */
-    tg_nn_linear dt_proj;   /* "dt_proj" dt_rank → d_inner; its bias is added inside the softplus */
-    tg_nn_linear out_proj;  /* "out_proj" d_inner → d_model, no bias */
+    tg_tensor *A_log;                 /* "A_log" (d_inner, d_state); A = −exp(A_log) */
+    tg_tensor *D;                     /* "D" (d_inner): the skip y += D·u */
+    tg_nn_linear in_proj;             /* "in_proj" d_model → 2·d_inner, no bias */
+    tg_tensor *conv_weight;           /* "conv1d.weight" (d_inner, 1, d_conv), as PyTorch's Conv1d stores it */
+    tg_tensor *conv_bias;             /* "conv1d.bias" (d_inner) */
+    tg_nn_linear x_proj;              /* "x_proj" d_inner → dt_rank + 2·d_state, no bias */
+    tg_nn_linear dt_proj;             /* "dt_proj" dt_rank → d_inner; its bias is added inside the softplus */
+    tg_nn_linear out_proj;            /* "out_proj" d_inner → d_model, no bias */
     tg_mamba_activations activations; /* the config's */
 } tg_mamba_mixer;
 

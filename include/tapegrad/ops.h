@@ -123,7 +123,7 @@ typedef struct {
     tg_tensor *bias;           /* (C) or NULL */
     tg_tensor *initial_states; /* (B, C, K−1) or NULL (zeros) */
     tg_activation activation;
-    tg_tensor **final_states;  /* if non-NULL, receives (B, C, K−1) */
+    tg_tensor **final_states; /* if non-NULL, receives (B, C, K−1) */
 } tg_causal_conv1d_options;
 
 TG_API tg_tensor *tg_causal_conv1d(tg_tape *tape, tg_tensor *x, tg_tensor *weight,
@@ -137,9 +137,9 @@ TG_API tg_tensor *tg_causal_conv1d(tg_tape *tape, tg_tensor *x, tg_tensor *weigh
  *   out       = y · silu(z) when z is given, else y.
  * The backward keeps only the states at chunk boundaries and recomputes inside each chunk. */
 typedef struct {
-    tg_tensor *Dv;            /* (D) skip, or NULL */
-    tg_tensor *z;             /* (B, D, L) gate, or NULL */
-    tg_tensor *delta_bias;    /* (D), or NULL */
+    tg_tensor *Dv;         /* (D) skip, or NULL */
+    tg_tensor *z;          /* (B, D, L) gate, or NULL */
+    tg_tensor *delta_bias; /* (D), or NULL */
     bool delta_softplus;
     tg_tensor *initial_state; /* (B, D, N), or NULL (zeros) */
     tg_tensor **final_state;  /* if non-NULL, receives h at t = L−1, (B, D, N) */

@@ -25,8 +25,7 @@ TG_API void tg_params_free(tg_params *params);
  * name must be new to the store, non-empty, valid UTF-8 without control characters, not
  * "__metadata__" and not start with "optim." (so that a checkpoint can always hold it); the
  * dtype a float one, the store's; the shape non-empty with sizes that fit. */
-TG_API tg_tensor *tg_params_add(tg_params *params, const char *name, tg_dtype dtype, int ndim,
-                                const int64_t *shape);
+TG_API tg_tensor *tg_params_add(tg_params *params, const char *name, tg_dtype dtype, int ndim, const int64_t *shape);
 /* For a NULL store, an index past the end or a name the store lacks, the queries below set
  * the error and give 0 or NULL. */
 TG_API size_t tg_params_count(const tg_params *params);

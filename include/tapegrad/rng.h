@@ -16,8 +16,8 @@ typedef struct {
 /* A NULL rng sets the error: seeding does nothing, next returns 0, uniform and normal NaN. */
 TG_API void tg_rng_seed(tg_rng *rng, uint64_t seed);
 TG_API uint64_t tg_rng_next(tg_rng *rng);
-TG_API double tg_rng_uniform(tg_rng *rng);              /* [0, 1) */
-TG_API double tg_rng_normal(tg_rng *rng);               /* mean 0, standard deviation 1 */
+TG_API double tg_rng_uniform(tg_rng *rng); /* [0, 1) */
+TG_API double tg_rng_normal(tg_rng *rng);  /* mean 0, standard deviation 1 */
 /* Uniform in [0, bound); −1 (error set) for a NULL rng or bound ≤ 0. */
 TG_API int64_t tg_rng_below(tg_rng *rng, int64_t bound);
 

@@ -31,12 +31,12 @@ extern "C" {
 
 typedef enum {
     TG_OK = 0,
-    TG_ERR_INVALID = 1,     /* bad argument: NULL, shape, rank, axis, value */
-    TG_ERR_DTYPE = 2,       /* unsupported or mismatched dtype */
-    TG_ERR_DEVICE = 3,      /* mismatched device, or a device this build cannot reach */
-    TG_ERR_OVERFLOW = 4,    /* a size or offset does not fit in 64 bits */
-    TG_ERR_NOMEM = 5,       /* an allocation failed */
-    TG_ERR_STATE = 6,       /* the call does not fit the object's state */
+    TG_ERR_INVALID = 1,  /* bad argument: NULL, shape, rank, axis, value */
+    TG_ERR_DTYPE = 2,    /* unsupported or mismatched dtype */
+    TG_ERR_DEVICE = 3,   /* mismatched device, or a device this build cannot reach */
+    TG_ERR_OVERFLOW = 4, /* a size or offset does not fit in 64 bits */
+    TG_ERR_NOMEM = 5,    /* an allocation failed */
+    TG_ERR_STATE = 6,    /* the call does not fit the object's state */
 } tg_status;
 
 typedef enum {
@@ -116,7 +116,7 @@ TG_API int tg_num_threads(void);
 TG_API float tg_bf16_to_f32(uint16_t value);
 TG_API uint16_t tg_f32_to_bf16(float value); /* round to nearest even; NaN stays NaN */
 TG_API float tg_f16_to_f32(uint16_t value);
-TG_API uint16_t tg_f32_to_f16(float value);  /* round to nearest even; overflow gives ±inf */
+TG_API uint16_t tg_f32_to_f16(float value); /* round to nearest even; overflow gives ±inf */
 
 /* ---- device memory ------------------------------------------------------------------
  * CUDA memory comes from a caching allocator: freed blocks are kept and reused, so a
@@ -146,8 +146,8 @@ TG_API tg_tensor *tg_zeros(tg_tape *tape, tg_dtype dtype, tg_device device, int 
 TG_API tg_tensor *tg_full(tg_tape *tape, tg_dtype dtype, tg_device device, int ndim, const int64_t *shape,
                           double value);
 /* A contiguous tensor on the tape filled from host memory holding `dtype` values. */
-TG_API tg_tensor *tg_from_data(tg_tape *tape, tg_dtype dtype, tg_device device, int ndim,
-                               const int64_t *shape, const void *data);
+TG_API tg_tensor *tg_from_data(tg_tape *tape, tg_dtype dtype, tg_device device, int ndim, const int64_t *shape,
+                               const void *data);
 /* A contiguous tensor with the shape, dtype and device of x (its data uninitialised). */
 TG_API tg_tensor *tg_empty_like(tg_tape *tape, const tg_tensor *x);
 TG_API tg_tensor *tg_zeros_like(tg_tape *tape, const tg_tensor *x);

@@ -30,8 +30,10 @@ static void store_row3(tg_tensor *t, int64_t b, int64_t c, int64_t n, const doub
 /* xe for row (b, c): K−1 history steps, then the L steps of x. */
 static void gather_row(const tg_conv1d_args *a, int64_t b, int64_t c, int64_t K, int64_t L, double *xe)
 {
-    if (a->initial_states) load_row3(a->initial_states, b, c, K - 1, xe);
-    else for (int64_t j = 0; j < K - 1; j++) xe[j] = 0.0;
+    if (a->initial_states)
+        load_row3(a->initial_states, b, c, K - 1, xe);
+    else
+        for (int64_t j = 0; j < K - 1; j++) xe[j] = 0.0;
     load_row3(a->x, b, c, L, xe + K - 1);
 }
 
@@ -101,7 +103,8 @@ tg_status tg_cpu_causal_conv1d_fwd(const tg_conv1d_args *a, tg_tensor *out, tg_t
     conv_job job = {.a = a, .out = out, .final_states = final_states};
     const int64_t work_per_channel = a->x->shape[0] * a->x->shape[2];
     tg_parallel_ranges(a->x->shape[1], 1 + 4096 / (work_per_channel + 1), conv_forward_channels, &job);
-    if (atomic_load(&job.out_of_memory)) return tg_set_error(TG_ERR_NOMEM, "tg_causal_conv1d: out of memory for a row buffer");
+    if (atomic_load(&job.out_of_memory))
+        return tg_set_error(TG_ERR_NOMEM, "tg_causal_conv1d: out of memory for a row buffer");
     return TG_OK;
 }
 
@@ -115,19 +118,25 @@ typedef struct {
 
 static bool scratch_alloc(conv_scratch *s, int64_t K, int64_t L)
 {
-    *s = (conv_scratch){alloc_doubles(K - 1 + L), alloc_doubles(K - 1 + L), alloc_doubles(L), alloc_doubles(L > K - 1 ? L : K - 1),
-                        alloc_doubles(K), alloc_doubles(K)};
+    *s = (conv_scratch){alloc_doubles(K - 1 + L), alloc_doubles(K - 1 + L),
+                        alloc_doubles(L),         alloc_doubles(L > K - 1 ? L : K - 1),
+                        alloc_doubles(K),         alloc_doubles(K)};
     return s->xe && s->dxe && s->g && s->d && s->w && s->dw;
 }
 
-static void scratch_free(conv_scratch *s) { free(s->xe), free(s->dxe), free(s->g), free(s->d), free(s->w), free(s->dw); }
+static void scratch_free(conv_scratch *s)
+{
+    free(s->xe), free(s->dxe), free(s->g), free(s->d), free(s->w), free(s->dw);
+}
 
 /* g[t] = dout[t] · act'(z[t]), recomputing z from xe (the activation is never saved). */
 static void output_gradient(const conv_job *job, int64_t b, int64_t c, double bias, int64_t K, int64_t L,
                             conv_scratch *s)
 {
-    if (job->dout) load_row3(job->dout, b, c, L, s->g);
-    else for (int64_t t = 0; t < L; t++) s->g[t] = 0.0;
+    if (job->dout)
+        load_row3(job->dout, b, c, L, s->g);
+    else
+        for (int64_t t = 0; t < L; t++) s->g[t] = 0.0;
     if (job->a->activation != TG_ACT_SILU) return;
     pre_activations(s->xe, s->w, K, bias, L, s->d);
     silu_slope_row(s->g, s->d, L);
@@ -193,8 +202,8 @@ tg_status tg_cpu_causal_conv1d_bwd(const tg_conv1d_args *a, const tg_tensor *dou
                                    tg_tensor *dx, tg_tensor *dweight, tg_tensor *dbias, tg_tensor *dinitial)
 {
     if (a->x->dtype != TG_F64) return tg_cpu_causal_conv1d_bwd_float(a, dout, dfinal, dx, dweight, dbias, dinitial);
-    conv_job job = {.a = a, .dout = dout, .dfinal = dfinal, .dx = dx, .dweight = dweight, .dbias = dbias,
-                    .dinitial = dinitial};
+    conv_job job = {
+        .a = a, .dout = dout, .dfinal = dfinal, .dx = dx, .dweight = dweight, .dbias = dbias, .dinitial = dinitial};
     const int64_t work_per_channel = a->x->shape[0] * a->x->shape[2];
     tg_parallel_ranges(a->x->shape[1], 1 + 2048 / (work_per_channel + 1), conv_backward_channels, &job);
     if (atomic_load(&job.out_of_memory))

@@ -33,8 +33,10 @@ static int64_t padded(int64_t n) { return (n + LANES - 1) / LANES * LANES; }
 static void gather_row(const tg_conv1d_args *a, int64_t b, int64_t c, int64_t K, int64_t L, float *xe)
 {
     const tg_tensor *h = a->initial_states, *x = a->x;
-    if (h) tg_load_row_float(h, b * h->strides[0] + c * h->strides[1], h->strides[2], K - 1, xe);
-    else memset(xe, 0, sizeof(float) * (size_t)(K - 1));
+    if (h)
+        tg_load_row_float(h, b * h->strides[0] + c * h->strides[1], h->strides[2], K - 1, xe);
+    else
+        memset(xe, 0, sizeof(float) * (size_t)(K - 1));
     tg_load_row_float(x, b * x->strides[0] + c * x->strides[1], x->strides[2], L, xe + K - 1);
 }
 
@@ -76,8 +78,7 @@ static void silu_slope_row(float *restrict g, const float *restrict z, int64_t L
 
 /* dxe[e] = Σ_k w[k]·g[e−k] over the K − 1 + L steps of xe, the taps added in k order. */
 TG_VECTOR_CLONES
-static void input_gradient(const float *restrict w, const float *restrict g, int64_t K, int64_t L,
-                           float *restrict dxe)
+static void input_gradient(const float *restrict w, const float *restrict g, int64_t K, int64_t L, float *restrict dxe)
 {
     memset(dxe, 0, sizeof(float) * (size_t)(K - 1 + L));
     for (int64_t k = 0; k < K; k++)
@@ -92,10 +93,7 @@ static sum_lanes load_widened(const float *p)
 }
 
 /* The lanes' sum, always in the same tree. */
-static double add_lanes(sum_lanes v)
-{
-    return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
-}
+static double add_lanes(sum_lanes v) { return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7])); }
 
 /* dw[k] += Σ_t g[t]·xe[t+k] and *db += Σ_t g[t] over a row whose g is padded with zeros to
  * `steps`, a multiple of LANES (xe has K − 1 + steps readable floats). */
@@ -130,13 +128,16 @@ typedef struct {
 static bool scratch_alloc(conv_scratch *s, int64_t K, int64_t L)
 {
     const int64_t steps = padded(L), rows = K - 1 + steps, z = steps > K - 1 ? steps : K - 1;
-    *s = (conv_scratch){calloc((size_t)rows, sizeof(float)), calloc((size_t)rows, sizeof(float)),
+    *s = (conv_scratch){calloc((size_t)rows, sizeof(float)),      calloc((size_t)rows, sizeof(float)),
                         calloc((size_t)steps + 1, sizeof(float)), calloc((size_t)z + 1, sizeof(float)),
-                        calloc((size_t)K, sizeof(float)), calloc((size_t)K, sizeof(double))};
+                        calloc((size_t)K, sizeof(float)),         calloc((size_t)K, sizeof(double))};
     return s->xe && s->dxe && s->g && s->z && s->w && s->dw;
 }
 
-static void scratch_free(conv_scratch *s) { free(s->xe), free(s->dxe), free(s->g), free(s->z), free(s->w), free(s->dw); }
+static void scratch_free(conv_scratch *s)
+{
+    free(s->xe), free(s->dxe), free(s->g), free(s->z), free(s->w), free(s->dw);
+}
 
 /* Weight row c into w; bias c (0 without one). */
 static float load_channel(const tg_conv1d_args *a, int64_t c, int64_t K, float *w)
@@ -173,8 +174,10 @@ static void backward_row(const conv_job *job, int64_t b, int64_t c, float bias, 
     const tg_conv1d_args *a = job->a;
     const int64_t L = a->x->shape[2], K = a->weight->shape[1];
     gather_row(a, b, c, K, L, s->xe);
-    if (job->dout) load_row3(job->dout, b, c, L, s->g);
-    else memset(s->g, 0, sizeof(float) * (size_t)L);
+    if (job->dout)
+        load_row3(job->dout, b, c, L, s->g);
+    else
+        memset(s->g, 0, sizeof(float) * (size_t)L);
     if (a->activation == TG_ACT_SILU) {
         pre_activations(s->xe, s->w, K, bias, L, s->z);
         silu_slope_row(s->g, s->z, L);
@@ -220,15 +223,16 @@ tg_status tg_cpu_causal_conv1d_fwd_float(const tg_conv1d_args *a, tg_tensor *out
     conv_job job = {.a = a, .out = out, .final_states = final_states};
     const int64_t work_per_channel = a->x->shape[0] * a->x->shape[2];
     tg_parallel_ranges(a->x->shape[1], 1 + 4096 / (work_per_channel + 1), conv_float_forward_channels, &job);
-    if (atomic_load(&job.out_of_memory)) return tg_set_error(TG_ERR_NOMEM, "tg_causal_conv1d: out of memory for a row buffer");
+    if (atomic_load(&job.out_of_memory))
+        return tg_set_error(TG_ERR_NOMEM, "tg_causal_conv1d: out of memory for a row buffer");
     return TG_OK;
 }
 
 tg_status tg_cpu_causal_conv1d_bwd_float(const tg_conv1d_args *a, const tg_tensor *dout, const tg_tensor *dfinal,
                                          tg_tensor *dx, tg_tensor *dweight, tg_tensor *dbias, tg_tensor *dinitial)
 {
-    conv_job job = {.a = a, .dout = dout, .dfinal = dfinal, .dx = dx, .dweight = dweight, .dbias = dbias,
-                    .dinitial = dinitial};
+    conv_job job = {
+        .a = a, .dout = dout, .dfinal = dfinal, .dx = dx, .dweight = dweight, .dbias = dbias, .dinitial = dinitial};
     const int64_t work_per_channel = a->x->shape[0] * a->x->shape[2];
     tg_parallel_ranges(a->x->shape[1], 1 + 2048 / (work_per_channel + 1), conv_float_backward_channels, &job);
     if (atomic_load(&job.out_of_memory))

@@ -32,8 +32,8 @@ tg_status tg_cpu_unary_fwd(tg_unary_op op, double param, const tg_tensor *x, tg_
     return TG_OK;
 }
 
-tg_status tg_cpu_unary_bwd(tg_unary_op op, double param, const tg_tensor *x, const tg_tensor *y,
-                           const tg_tensor *dy, tg_tensor *dx)
+tg_status tg_cpu_unary_bwd(tg_unary_op op, double param, const tg_tensor *x, const tg_tensor *y, const tg_tensor *dy,
+                           tg_tensor *dx)
 {
     tg_iter it;
     tg_iter_init(&it, x->ndim, x->shape, 4, (const int64_t *[]){x->strides, y->strides, dy->strides, dx->strides});

@@ -5,10 +5,7 @@
 #include <stdlib.h>
 
 /* The id at ids offset `at` (ids is i32). */
-static int64_t id_at(const tg_tensor *ids, int64_t at)
-{
-    return ((const int32_t *)tg_bytes(ids))[at];
-}
+static int64_t id_at(const tg_tensor *ids, int64_t at) { return ((const int32_t *)tg_bytes(ids))[at]; }
 
 tg_status tg_cpu_embedding_find_bad_id(const tg_tensor *ids, int64_t vocab, int64_t *bad_position, int64_t *bad_id)
 {
@@ -80,8 +77,10 @@ static tg_status group_rows_by_id(const tg_tensor *dy, const tg_tensor *ids, int
                     return tg_set_error(TG_ERR_INVALID, "tg_embedding backward: id %lld is outside [0, %lld)",
                                         (long long)id, (long long)vocab);
                 }
-                if (pass == 0) start[id + 1]++;
-                else grouped[start[id]++] = it.offset[1] + j * it.row_stride[1];
+                if (pass == 0)
+                    start[id + 1]++;
+                else
+                    grouped[start[id]++] = it.offset[1] + j * it.row_stride[1];
             }
         } while (tg_iter_next_row(&it));
         if (pass == 0) {
@@ -112,7 +111,8 @@ tg_status tg_cpu_embedding_bwd(const tg_tensor *dy, const tg_tensor *ids, tg_ten
         if (first[v] == first[v + 1]) continue; /* no position has this id: its row stays zero */
         for (int64_t d = 0; d < dim; d++) total[d] = 0.0;
         for (int64_t begin = first[v]; begin < first[v + 1]; begin += TG_EMBEDDING_GRAD_CHUNK) {
-            int64_t end = first[v + 1] - begin > TG_EMBEDDING_GRAD_CHUNK ? begin + TG_EMBEDDING_GRAD_CHUNK : first[v + 1];
+            int64_t end =
+                first[v + 1] - begin > TG_EMBEDDING_GRAD_CHUNK ? begin + TG_EMBEDDING_GRAD_CHUNK : first[v + 1];
             for (int64_t d = 0; d < dim; d++) chunk[d] = 0.0;
             for (int64_t j = begin; j < end; j++)
                 for (int64_t d = 0; d < dim; d++) chunk[d] += tg_load(dy_data, dy->dtype, rows[j] + d * dy_step);

@@ -6,8 +6,8 @@
 
 #include <math.h>
 
-tg_status tg_cpu_cross_entropy_check(const tg_tensor *targets, int32_t ignore_index, int64_t classes,
-                                     int64_t *n_valid, int64_t *bad_index, int32_t *bad_value)
+tg_status tg_cpu_cross_entropy_check(const tg_tensor *targets, int32_t ignore_index, int64_t classes, int64_t *n_valid,
+                                     int64_t *bad_index, int32_t *bad_value)
 {
     *n_valid = 0;
     *bad_index = -1;
@@ -87,8 +87,8 @@ tg_status tg_cpu_cross_entropy_bwd(const tg_tensor *logits, const tg_tensor *tar
     do {
         int32_t t = row_target(targets, &it);
         bool ignored = t == ignore_index;
-        double lse = ignored ? 0.0 : tg_cpu_row_logsumexp(lb, logits->dtype, it.offset[0], it.row_stride[0],
-                                                          it.row_length);
+        double lse =
+            ignored ? 0.0 : tg_cpu_row_logsumexp(lb, logits->dtype, it.offset[0], it.row_stride[0], it.row_length);
         for (int64_t j = 0; j < it.row_length; j++) {
             double grad = 0.0;
             if (!ignored) {

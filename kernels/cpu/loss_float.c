@@ -117,14 +117,16 @@ tg_status tg_cpu_cross_entropy_fwd_float(const tg_tensor *logits, const tg_tenso
 {
     const int64_t V = logits->shape[logits->ndim - 1], rows = tg_numel(logits) / V;
     ce_job job = {logits, targets, ignore_index, V, malloc(sizeof(double) * (size_t)(rows > 0 ? rows : 1))};
-    if (!job.row_loss) return tg_set_error(TG_ERR_NOMEM, "tg_cross_entropy: out of memory for %lld row losses", (long long)rows);
+    if (!job.row_loss)
+        return tg_set_error(TG_ERR_NOMEM, "tg_cross_entropy: out of memory for %lld row losses", (long long)rows);
     tg_parallel_ranges(rows, min_rows(V), ce_forward_rows, &job);
     double sum = 0.0;
     int64_t n_valid = 0;
     for (int64_t r = 0; r < rows; r++)
         if (target_of(&job, r) != ignore_index) sum += job.row_loss[r], n_valid++;
     free(job.row_loss);
-    if (atomic_load(&job.out_of_memory)) return tg_set_error(TG_ERR_NOMEM, "tg_cross_entropy: out of memory for a row buffer");
+    if (atomic_load(&job.out_of_memory))
+        return tg_set_error(TG_ERR_NOMEM, "tg_cross_entropy: out of memory for a row buffer");
     tg_store(tg_bytes(loss), loss->dtype, 0, n_valid > 0 ? sum / (double)n_valid : 0.0);
     tg_store(tg_bytes(count), count->dtype, 0, (double)n_valid);
     return TG_OK;

@@ -48,8 +48,12 @@ typedef struct {
 static tg_status matrix_init(matrix *m, const tg_tensor *t, tg_dtype compute, bool may_flip)
 {
     int nd = t->ndim;
-    *m = (matrix){.t = t, .compute = compute, .rows = t->shape[nd - 2], .cols = t->shape[nd - 1],
-                  .row_stride = t->strides[nd - 2], .col_stride = t->strides[nd - 1]};
+    *m = (matrix){.t = t,
+                  .compute = compute,
+                  .rows = t->shape[nd - 2],
+                  .cols = t->shape[nd - 1],
+                  .row_stride = t->strides[nd - 2],
+                  .col_stride = t->strides[nd - 1]};
     int64_t rows = m->rows, cols = m->cols, rs = m->row_stride, cs = m->col_stride;
     m->copied = t->dtype != compute;
     if (m->copied) {
@@ -67,7 +71,7 @@ static tg_status matrix_init(matrix *m, const tg_tensor *t, tg_dtype compute, bo
     int64_t count, bytes;
     if (tg_mul_overflows(rows, cols, &count) || tg_mul_overflows(count, (int64_t)tg_dtype_size(compute), &bytes))
         return tg_set_error(TG_ERR_OVERFLOW, "tg_matmul: a %lldx%lld scratch matrix is too large", (long long)rows,
-                        (long long)cols);
+                            (long long)cols);
     m->scratch_bytes = (size_t)bytes;
     return TG_OK;
 }
@@ -123,14 +127,13 @@ static int64_t batch_offset(const tg_tensor *t, const tg_tensor *out, int64_t in
 }
 
 /* C = op(A)·op(B), row-major, C overwritten (beta = 0). */
-static void gemm(tg_dtype compute, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
-                 const void *a, int64_t lda, const void *b, int64_t ldb, void *c, int64_t ldc)
+static void gemm(tg_dtype compute, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const void *a,
+                 int64_t lda, const void *b, int64_t ldb, void *c, int64_t ldc)
 {
     enum CBLAS_TRANSPOSE op_a = transpose_a ? CblasTrans : CblasNoTrans;
     enum CBLAS_TRANSPOSE op_b = transpose_b ? CblasTrans : CblasNoTrans;
     if (compute == TG_F64)
-        cblas_dgemm(CblasRowMajor, op_a, op_b, (int)m, (int)n, (int)k, 1.0, a, (int)lda, b, (int)ldb, 0.0, c,
-                    (int)ldc);
+        cblas_dgemm(CblasRowMajor, op_a, op_b, (int)m, (int)n, (int)k, 1.0, a, (int)lda, b, (int)ldb, 0.0, c, (int)ldc);
     else
         cblas_sgemm(CblasRowMajor, op_a, op_b, (int)m, (int)n, (int)k, 1.0f, a, (int)lda, b, (int)ldb, 0.0f, c,
                     (int)ldc);
@@ -177,8 +180,7 @@ static void matmul_batches(void *context, int64_t begin, int64_t end)
     free(ma.scratch), free(mb.scratch), free(mc.scratch);
 }
 
-tg_status tg_cpu_matmul(const tg_tensor *a, const tg_tensor *b, bool transpose_a, bool transpose_b,
-                        tg_tensor *out)
+tg_status tg_cpu_matmul(const tg_tensor *a, const tg_tensor *b, bool transpose_a, bool transpose_b, tg_tensor *out)
 {
     int nd = out->ndim;
     int64_t m = out->shape[nd - 2], n = out->shape[nd - 1], k = a->shape[a->ndim - (transpose_a ? 2 : 1)];
@@ -193,7 +195,7 @@ tg_status tg_cpu_matmul(const tg_tensor *a, const tg_tensor *b, bool transpose_a
     }
     if (!fits_int(m) || !fits_int(n) || !fits_int(k))
         return tg_set_error(TG_ERR_OVERFLOW, "tg_matmul: M = %lld, N = %lld and K = %lld must each fit in a 32-bit int",
-                        (long long)m, (long long)n, (long long)k);
+                            (long long)m, (long long)n, (long long)k);
     matmul_job job = {a, b, out, transpose_a, transpose_b, m, n, k, out->dtype == TG_F64 ? TG_F64 : TG_F32};
     tg_status status = matrix_init(&job.ma, a, job.compute, true);
     if (status == TG_OK) status = matrix_init(&job.mb, b, job.compute, true);
@@ -206,7 +208,11 @@ tg_status tg_cpu_matmul(const tg_tensor *a, const tg_tensor *b, bool transpose_a
     tg_parallel_ranges(batches, min_batches, matmul_batches, &job);
     if (atomic_load(&job.out_of_memory))
         return tg_set_error(TG_ERR_NOMEM, "tg_matmul: out of memory for a %lldx%lld scratch matrix",
-                            (long long)(job.ma.copied ? job.ma.rows : job.mb.copied ? job.mb.rows : job.mc.rows),
-                            (long long)(job.ma.copied ? job.ma.cols : job.mb.copied ? job.mb.cols : job.mc.cols));
+                            (long long)(job.ma.copied   ? job.ma.rows
+                                        : job.mb.copied ? job.mb.rows
+                                                        : job.mc.rows),
+                            (long long)(job.ma.copied   ? job.ma.cols
+                                        : job.mb.copied ? job.mb.cols
+                                                        : job.mc.cols));
     return TG_OK;
 }

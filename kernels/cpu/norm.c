@@ -47,7 +47,7 @@ typedef struct {
     tg_tensor *y, *sum, *dx;
     double eps;
     int64_t d;
-    double *dw_blocks;  /* [blocks][d]: each block's share of dw, or NULL */
+    double *dw_blocks; /* [blocks][d]: each block's share of dw, or NULL */
     atomic_bool out_of_memory;
 } norm_job;
 
@@ -91,7 +91,8 @@ tg_status tg_cpu_rmsnorm_fwd(const tg_tensor *x, const tg_tensor *residual, cons
     const int64_t d = x->shape[x->ndim - 1], rows = d ? tg_numel(x) / d : 0;
     norm_job job = {.x = x, .residual = residual, .weight = weight, .y = y, .sum = sum, .eps = eps, .d = d};
     tg_parallel_ranges(rows, 1 + 8192 / (d + 1), norm_forward_rows, &job);
-    if (atomic_load(&job.out_of_memory)) return tg_set_error(TG_ERR_NOMEM, "tg_rmsnorm: out of memory for a row buffer");
+    if (atomic_load(&job.out_of_memory))
+        return tg_set_error(TG_ERR_NOMEM, "tg_rmsnorm: out of memory for a row buffer");
     return TG_OK;
 }
 
@@ -143,7 +144,8 @@ tg_status tg_cpu_rmsnorm_bwd(const tg_tensor *x, const tg_tensor *weight, double
     const int64_t blocks = (rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
     norm_job job = {.x = x, .weight = weight, .dy = dy, .dsum = dsum, .dx = dx, .eps = eps, .d = d};
     if (dw && blocks > 0 && !(job.dw_blocks = malloc(sizeof(double) * (size_t)(blocks * d + 1))))
-        return tg_set_error(TG_ERR_NOMEM, "tg_rmsnorm backward: out of memory for %lld doubles", (long long)(blocks * d));
+        return tg_set_error(TG_ERR_NOMEM, "tg_rmsnorm backward: out of memory for %lld doubles",
+                            (long long)(blocks * d));
     tg_parallel_ranges(blocks, 1 + 256 / (d + 1), norm_backward_blocks, &job);
     if (!atomic_load(&job.out_of_memory) && dw) {
         for (int64_t j = 0; j < d; j++) {

@@ -135,7 +135,8 @@ tg_status tg_cpu_selective_scan_fwd(const tg_scan_args *a, tg_tensor *out, tg_te
     if (a->u->dtype != TG_F64) return tg_cpu_selective_scan_fwd_float(a, out, final_state, chunk_states);
     forward_job job = {a, out, final_state, chunk_states, false};
     tg_parallel_ranges(a->u->shape[0], 1, forward_rows, &job);
-    if (atomic_load(&job.out_of_memory)) return tg_set_error(TG_ERR_NOMEM, "tg_selective_scan: out of memory for a state buffer");
+    if (atomic_load(&job.out_of_memory))
+        return tg_set_error(TG_ERR_NOMEM, "tg_selective_scan: out of memory for a state buffer");
     return TG_OK;
 }
 
@@ -143,13 +144,13 @@ tg_status tg_cpu_selective_scan_fwd(const tg_scan_args *a, tg_tensor *out, tg_te
 
 /* One thread's scratch for the backward, and the sums of the row it is on. */
 typedef struct {
-    double *H;      /* (chunk + 1)·N: H[0] the state before the chunk, H[k+1] the state after step t0+k */
-    double *y;      /* chunk: the pre-gate output of each step in the chunk */
-    double *carry;  /* N: exp(dt_{t+1}·A)·δh_{t+1}, the state gradient flowing back into step t */
-    double *A_row;  /* N */
-    double *dA;     /* N: Σ_t of the current (b, d) row */
-    double *dBm;    /* B·N·L, Σ_d (or NULL); shared, each thread adds only into its rows b */
-    double *dCm;    /* B·N·L, Σ_d (or NULL); likewise */
+    double *H;     /* (chunk + 1)·N: H[0] the state before the chunk, H[k+1] the state after step t0+k */
+    double *y;     /* chunk: the pre-gate output of each step in the chunk */
+    double *carry; /* N: exp(dt_{t+1}·A)·δh_{t+1}, the state gradient flowing back into step t */
+    double *A_row; /* N */
+    double *dA;    /* N: Σ_t of the current (b, d) row */
+    double *dBm;   /* B·N·L, Σ_d (or NULL); shared, each thread adds only into its rows b */
+    double *dCm;   /* B·N·L, Σ_d (or NULL); likewise */
     double dDv, dbias;
 } scan_scratch;
 

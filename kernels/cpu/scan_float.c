@@ -157,10 +157,10 @@ static inline void transpose_block(lanes m[G])
     for (int round = 0; round < 4; round++) {
         lanes next[G];
         for (int i = 0; i < G / 2; i++) {
-            next[2 * i] = __builtin_shufflevector(m[i], m[i + G / 2], 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6,
-                                                  22, 7, 23);
-            next[2 * i + 1] = __builtin_shufflevector(m[i], m[i + G / 2], 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13,
-                                                      29, 14, 30, 15, 31);
+            next[2 * i] =
+                __builtin_shufflevector(m[i], m[i + G / 2], 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+            next[2 * i + 1] = __builtin_shufflevector(m[i], m[i + G / 2], 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29,
+                                                      14, 30, 15, 31);
         }
         memcpy(m, next, sizeof next);
     }
@@ -277,7 +277,8 @@ static void load_group(const tg_scan_args *a, group *q)
 {
     load_rows(a->u, q, q->u);
     load_rows(a->delta, q, q->dt);
-    if (a->delta_softplus) delta_to_dt(q);
+    if (a->delta_softplus)
+        delta_to_dt(q);
     else
         for (int64_t t = 0; t < q->L; t++)
             for (int g = 0; g < G; g++) q->dt[t * G + g] += q->bias[g], q->slope[t * G + g] = 1.0f;
@@ -358,10 +359,12 @@ static bool alloc_buffers(group_buffers *s, const tg_scan_args *a)
     const int64_t D = a->u->shape[1], L = a->u->shape[2], N = a->A->shape[1], groups = (D + G - 1) / G;
     const size_t nl = sizeof(float) * (size_t)(N * L), lg = sizeof(float) * (size_t)(L * G);
     const size_t ng = sizeof(float) * (size_t)(N * G), channels = sizeof(float) * (size_t)(groups * G);
-    *s = (group_buffers){malloc(nl), malloc(nl), malloc(ng * (size_t)groups), malloc(channels), malloc(channels),
-                         malloc(lg), malloc(lg), malloc(lg), malloc(lg), malloc(lg), malloc(ng), malloc(ng)};
-    const bool ok = s->Bt && s->Ct && s->A && s->bias && s->skip && s->u && s->dt && s->slope && s->z && s->y &&
-                    s->h && s->decay;
+    *s = (group_buffers){malloc(nl),       malloc(nl),       malloc(ng * (size_t)groups),
+                         malloc(channels), malloc(channels), malloc(lg),
+                         malloc(lg),       malloc(lg),       malloc(lg),
+                         malloc(lg),       malloc(ng),       malloc(ng)};
+    const bool ok =
+        s->Bt && s->Ct && s->A && s->bias && s->skip && s->u && s->dt && s->slope && s->z && s->y && s->h && s->decay;
     if (ok) load_channels(a, s->A, s->bias, s->skip);
     return ok;
 }
@@ -369,8 +372,23 @@ static bool alloc_buffers(group_buffers *s, const tg_scan_args *a)
 static group group_of(const tg_scan_args *a, const group_buffers *s, int64_t b, int64_t d0)
 {
     const int64_t D = a->u->shape[1], N = a->A->shape[1];
-    return (group){b, d0, D - d0 < G ? D - d0 : G, N, a->u->shape[2], s->Bt, s->Ct, s->A + d0 * N, s->bias + d0,
-                   s->skip + d0, s->u, s->dt, s->slope, a->z ? s->z : NULL, s->y, s->h, s->decay};
+    return (group){b,
+                   d0,
+                   D - d0 < G ? D - d0 : G,
+                   N,
+                   a->u->shape[2],
+                   s->Bt,
+                   s->Ct,
+                   s->A + d0 * N,
+                   s->bias + d0,
+                   s->skip + d0,
+                   s->u,
+                   s->dt,
+                   s->slope,
+                   a->z ? s->z : NULL,
+                   s->y,
+                   s->h,
+                   s->decay};
 }
 
 typedef struct {
@@ -385,8 +403,8 @@ static void save_chunk_state(tg_tensor *chunk_states, const group *q, int64_t c)
     const int64_t *s = chunk_states->strides;
     for (int64_t g = 0; g < q->channels; g++)
         for (int64_t n = 0; n < q->N; n++)
-            tg_store(tg_bytes(chunk_states), chunk_states->dtype, q->b * s[0] + (q->d0 + g) * s[1] + n * s[2] + c * s[3],
-                     q->h[n * G + g]);
+            tg_store(tg_bytes(chunk_states), chunk_states->dtype,
+                     q->b * s[0] + (q->d0 + g) * s[1] + n * s[2] + c * s[3], q->h[n * G + g]);
 }
 
 static void forward_group(forward_job *job, group *q)
@@ -398,8 +416,7 @@ static void forward_group(forward_job *job, group *q)
         if (job->chunk_states) save_chunk_state(job->chunk_states, q, t0 / chunk);
         run_steps(q, t0, t0 + chunk < L ? t0 + chunk : L, NULL, NULL);
     }
-    if (q->z)
-        gate(q->y, q->z, L * G);
+    if (q->z) gate(q->y, q->z, L * G);
     store_rows(job->out, q, q->y);
     if (job->final_state) store_state(job->final_state, q, q->h);
 }
@@ -431,7 +448,8 @@ tg_status tg_cpu_selective_scan_fwd_float(const tg_scan_args *a, tg_tensor *out,
 {
     forward_job job = {a, out, final_state, chunk_states, false};
     tg_parallel_ranges(a->u->shape[0], 1, forward_rows, &job);
-    if (atomic_load(&job.out_of_memory)) return tg_set_error(TG_ERR_NOMEM, "tg_selective_scan: out of memory for a state buffer");
+    if (atomic_load(&job.out_of_memory))
+        return tg_set_error(TG_ERR_NOMEM, "tg_selective_scan: out of memory for a state buffer");
     return TG_OK;
 }
 
@@ -439,12 +457,12 @@ tg_status tg_cpu_selective_scan_fwd_float(const tg_scan_args *a, tg_tensor *out,
 
 /* What the reverse scan of a group reads and adds to, besides its inputs. */
 typedef struct {
-    float *H;          /* (chunk + 1)·N·G: H[0] the state before the chunk, H[k + 1] after its step k */
-    float *E;          /* chunk·N·G: the decays exp(dt·A) of the chunk's steps */
-    float *carry;      /* N·G: the state gradient flowing back into the step before */
-    float *dy, *gout;  /* L·G: dout·silu(z) (or dout), and dout (then dz) */
-    float *du, *ddt;   /* L·G: the gradients of u and of delta */
-    double *dA;        /* N·G: Σ_t of each channel */
+    float *H;         /* (chunk + 1)·N·G: H[0] the state before the chunk, H[k + 1] after its step k */
+    float *E;         /* chunk·N·G: the decays exp(dt·A) of the chunk's steps */
+    float *carry;     /* N·G: the state gradient flowing back into the step before */
+    float *dy, *gout; /* L·G: dout·silu(z) (or dout), and dout (then dz) */
+    float *du, *ddt;  /* L·G: the gradients of u and of delta */
+    double *dA;       /* N·G: Σ_t of each channel */
     double dDv[G], dbias[G];
     double *dBt, *dCt; /* (L, N) of the batch row: Σ_d (or NULL) */
 } reverse_buffers;
@@ -472,7 +490,8 @@ static void reverse_steps(const group *q, int64_t t0, int64_t t1, reverse_buffer
             const lanes dh_decay_prev = dh * decay * h_prev;
             du += dh * dt * bn;
             ddt += dh * bn * u + load_lanes(q->A + n * G) * dh_decay_prev;
-            store_wide(s->dA + n * G, load_wide(s->dA + n * G) + __builtin_convertvector(dt * dh_decay_prev, wide_lanes));
+            store_wide(s->dA + n * G,
+                       load_wide(s->dA + n * G) + __builtin_convertvector(dt * dh_decay_prev, wide_lanes));
             store_lanes(s->carry + n * G, decay * dh);
             /* the sums over channels (padding lanes hold zeros) */
             if (s->dBt) s->dBt[t * N + n] += sum_lanes(dh * dtu);
@@ -494,7 +513,8 @@ static void load_chunk_state(const tg_tensor *v, const group *q, int64_t c, floa
     const int64_t *s = v->strides;
     memset(x, 0, sizeof(float) * (size_t)(q->N * G));
     for (int64_t g = 0; g < q->channels; g++)
-        for (int64_t n = 0; n < q->N; n++) x[n * G + g] = load_at(v, q->b * s[0] + (q->d0 + g) * s[1] + n * s[2] + c * s[3]);
+        for (int64_t n = 0; n < q->N; n++)
+            x[n * G + g] = load_at(v, q->b * s[0] + (q->d0 + g) * s[1] + n * s[2] + c * s[3]);
 }
 
 /* The group's gradients: chunks from the last, each recomputed from its saved state. */
@@ -503,10 +523,14 @@ static void backward_group(const scan_backward_job *job, group *q, reverse_buffe
     const tg_scan_args *a = job->a;
     const tg_scan_grads *g = job->g;
     const int64_t N = q->N, L = q->L, chunk = a->chunk, n_chunks = (L - 1) / chunk + 1;
-    if (job->dout) load_rows(job->dout, q, s->gout);
-    else memset(s->gout, 0, sizeof(float) * (size_t)(L * G));
-    if (q->z) gate_backward(s->gout, q->z, L * G, s->dy);
-    else memcpy(s->dy, s->gout, sizeof(float) * (size_t)(L * G));
+    if (job->dout)
+        load_rows(job->dout, q, s->gout);
+    else
+        memset(s->gout, 0, sizeof(float) * (size_t)(L * G));
+    if (q->z)
+        gate_backward(s->gout, q->z, L * G, s->dy);
+    else
+        memcpy(s->dy, s->gout, sizeof(float) * (size_t)(L * G));
     load_state(job->dfinal, q, s->carry);
     for (int64_t i = 0; i < N * G; i++) s->dA[i] = 0.0;
     for (int k = 0; k < G; k++) s->dDv[k] = s->dbias[k] = 0.0;

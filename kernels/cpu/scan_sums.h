@@ -34,8 +34,7 @@ static inline bool scan_sums_alloc(scan_sums *s, const tg_scan_grads *g, int64_t
 }
 
 /* dA[d, n], dDv[d], ddelta_bias[d]: the rows' sums added over b in order. */
-static inline void scan_sums_store_channels(const scan_sums *s, const tg_scan_grads *g, int64_t B, int64_t D,
-                                            int64_t N)
+static inline void scan_sums_store_channels(const scan_sums *s, const tg_scan_grads *g, int64_t B, int64_t D, int64_t N)
 {
     for (int64_t d = 0; d < D; d++) {
         for (int64_t n = 0; g->dA && n < N; n++) {
@@ -46,7 +45,8 @@ static inline void scan_sums_store_channels(const scan_sums *s, const tg_scan_gr
         double dDv = 0.0, dbias = 0.0;
         for (int64_t b = 0; b < B; b++) dDv += s->dDv[b * D + d], dbias += s->dbias[b * D + d];
         if (g->dDv) tg_store(tg_bytes(g->dDv), g->dDv->dtype, d * g->dDv->strides[0], dDv);
-        if (g->ddelta_bias) tg_store(tg_bytes(g->ddelta_bias), g->ddelta_bias->dtype, d * g->ddelta_bias->strides[0], dbias);
+        if (g->ddelta_bias)
+            tg_store(tg_bytes(g->ddelta_bias), g->ddelta_bias->dtype, d * g->ddelta_bias->strides[0], dbias);
     }
 }
 

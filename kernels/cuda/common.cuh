@@ -10,11 +10,11 @@
 #include <cuda_runtime.h>
 
 // Turns a failed CUDA runtime call into a tapegrad error naming the call.
-#define TG_CUDA_CHECK(call)                                                                                 \
-    do {                                                                                                     \
-        cudaError_t tg_cuda_error_ = (call);                                                                 \
-        if (tg_cuda_error_ != cudaSuccess)                                                                   \
-            return tg_set_error(TG_ERR_DEVICE, "%s failed: %s", #call, cudaGetErrorString(tg_cuda_error_)); \
+#define TG_CUDA_CHECK(call)                                                                                            \
+    do {                                                                                                               \
+        cudaError_t tg_cuda_error_ = (call);                                                                           \
+        if (tg_cuda_error_ != cudaSuccess)                                                                             \
+            return tg_set_error(TG_ERR_DEVICE, "%s failed: %s", #call, cudaGetErrorString(tg_cuda_error_));            \
     } while (0)
 
 // After a launch: the launch error, if any, named after the op.
@@ -42,7 +42,8 @@ static inline unsigned tg_blocks_for(int64_t n)
 }
 
 // Records a bad input in the device's record (kernels/cuda_api.h) unless one is there already.
-__device__ inline void tg_record_bad_input(tg_bad_input *record, int kind, int64_t position, int32_t value, int64_t limit)
+__device__ inline void tg_record_bad_input(tg_bad_input *record, int kind, int64_t position, int32_t value,
+                                           int64_t limit)
 {
     if (atomicCAS(&record->kind, TG_BAD_INPUT_NONE, kind) != TG_BAD_INPUT_NONE) return;
     record->value = value;
@@ -110,8 +111,14 @@ __device__ inline void tg_store_raw(char *base, int dtype, int64_t i, double val
     }
 }
 
-__device__ inline double tg_load_any(const tg_cuda_view &v, int64_t offset) { return tg_load_raw(v.data, v.dtype, offset); }
-__device__ inline void tg_store_any(const tg_cuda_view &v, int64_t offset, double value) { tg_store_raw(v.data, v.dtype, offset, value); }
+__device__ inline double tg_load_any(const tg_cuda_view &v, int64_t offset)
+{
+    return tg_load_raw(v.data, v.dtype, offset);
+}
+__device__ inline void tg_store_any(const tg_cuda_view &v, int64_t offset, double value)
+{
+    tg_store_raw(v.data, v.dtype, offset, value);
+}
 
 // Maths in the compute type: float for f32, bf16 and f16 storage, double for f64.
 __device__ inline float tg_exp(float x) { return expf(x); }

@@ -46,7 +46,6 @@
 #include <cudaTypedefs.h> // the tensor maps' encoder (no link to the driver library: found at run time)
 #include <type_traits>
 
-
 namespace {
 using namespace tg_conv1d;
 
@@ -249,7 +248,8 @@ row_plan make_row_plan(const conv_args &a, const tg_tensor *x, const tg_tensor *
     const int64_t inside_end = a.L - a.L % V; // whole vectors end here
     const int64_t last = (inside_end - right_halo) / plan.chunk_len - 1;
     plan.inner_first = (halo + plan.chunk_len - 1) / plan.chunk_len;
-    plan.inner_last = plan.vec_x && plan.vec_y && inside_end >= right_halo ? (int)(last < INT32_MAX ? last : INT32_MAX) : -1;
+    plan.inner_last =
+        plan.vec_x && plan.vec_y && inside_end >= right_halo ? (int)(last < INT32_MAX ? last : INT32_MAX) : -1;
     plan.whole_rows = plan.spans == 1 && plan.vec_x && plan.vec_y && a.L % V == 0 && !a.init.p;
     return plan;
 }
@@ -321,10 +321,12 @@ template <typename T, int KB> constexpr int64_t stream_forward_longest_segment()
 // The stream kernels copy x (and dout) in 16-byte pieces of channels and write whole channel
 // words: channel-last tensors with 16-byte aligned steps and C a multiple of 16 bytes' worth,
 // the common case. Other layouts take the tile kernels.
-template <typename T, int CPT> bool streams_take(const conv_args &a, const tg_tensor *x, const tg_tensor *y, const tg_tensor *out)
+template <typename T, int CPT>
+bool streams_take(const conv_args &a, const tg_tensor *x, const tg_tensor *y, const tg_tensor *out)
 {
     constexpr int V = vec_width<T>();
-    return a.C % V == 0 && channels_vectorisable(x, V) && channels_vectorisable(y, V) && channels_vectorisable(out, CPT);
+    return a.C % V == 0 && channels_vectorisable(x, V) && channels_vectorisable(y, V) &&
+           channels_vectorisable(out, CPT);
 }
 
 // (Plan: stream_plan or mma_backward_plan, whose blocks are laid out the same way.)
@@ -465,7 +467,8 @@ template <typename T, int KB> constexpr bool forward_stream_on_tensor_cores() { 
 template <typename T> stream_plan make_mma_stream_plan(const conv_args &a, const tg_tensor *out)
 {
     const int64_t wanted_blocks = 5 * (int64_t)tg_cuda_multiprocessors();
-    return make_stream_plan<T, 1>(a, out, stream_most_warps_across<false>(), 512, wanted_blocks, mma_stream_shape::TILE);
+    return make_stream_plan<T, 1>(a, out, stream_most_warps_across<false>(), 512, wanted_blocks,
+                                  mma_stream_shape::TILE);
 }
 
 // bf16 channel-last rows at K = 9 … 16 take the backward on tensor cores (stream_bwd_mma).
@@ -507,8 +510,8 @@ bool channel_last_box_map(const t3 &t, const conv_args &a, CUtensorMap *map)
                   "the forward's tiles are the backward's");
     const int64_t step_bytes = t.s2 * 2, row_bytes = t.s0 * 2;
     PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
-    if (!encode || t.s1 != 1 || (uintptr_t)t.p % 16 != 0 || step_bytes % 16 != 0 || row_bytes % 16 != 0 || step_bytes <= 0 ||
-        row_bytes <= 0 || a.C > INT32_MAX || a.L > INT32_MAX - 2 * M::TILE || a.B > INT32_MAX)
+    if (!encode || t.s1 != 1 || (uintptr_t)t.p % 16 != 0 || step_bytes % 16 != 0 || row_bytes % 16 != 0 ||
+        step_bytes <= 0 || row_bytes <= 0 || a.C > INT32_MAX || a.L > INT32_MAX - 2 * M::TILE || a.B > INT32_MAX)
         return false;
     const cuuint64_t dims[3] = {(cuuint64_t)a.C, (cuuint64_t)a.L, (cuuint64_t)a.B};
     const cuuint64_t strides[2] = {(cuuint64_t)step_bytes, (cuuint64_t)row_bytes};
@@ -537,8 +540,7 @@ mma_backward_plan make_mma_backward_plan(const conv_args &a, const tg_tensor *dx
     return plan;
 }
 
-template <typename T, int KB>
-tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *final_states)
+template <typename T, int KB> tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *final_states)
 {
     const char *op = "tg_causal_conv1d";
     conv_args a = make_args(in, out, NULL, NULL);
@@ -563,8 +565,8 @@ tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *fina
             if constexpr (KB - 1 <= row_ept<T>()) {
                 const int64_t groups = (a.B + rows - 1) / rows;
                 const dim3 grid((unsigned)a.C, (unsigned)groups);
-                row_fwd_side_by_side<T, KB><<<grid, row_threads(rows * a.L, row_ept<T>())>>>(a, rows,
-                                                                                             rows_aligned(out, vec_width<T>()));
+                row_fwd_side_by_side<T, KB>
+                    <<<grid, row_threads(rows * a.L, row_ept<T>())>>>(a, rows, rows_aligned(out, vec_width<T>()));
             }
         } else {
             row_plan plan = make_row_fwd_direct_plan<T>(a, in->x, out, threads);
@@ -679,10 +681,13 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
     void (*row_kernel)(conv_args, row_plan, float *) = NULL;
     const size_t row_shared = row_shape<T, KB>::backward_bytes(span_len, span_stages, span_rows); // span buffers
     if (rows) {
-        if (span_rows > 1) row_kernel = a.silu ? row_bwd<T, KB, true, true> : row_bwd<T, KB, false, true>;
-        else row_kernel = a.silu ? row_bwd<T, KB, true, false> : row_bwd<T, KB, false, false>;
+        if (span_rows > 1)
+            row_kernel = a.silu ? row_bwd<T, KB, true, true> : row_bwd<T, KB, false, true>;
+        else
+            row_kernel = a.silu ? row_bwd<T, KB, true, false> : row_bwd<T, KB, false, false>;
         if constexpr (backward_on_tensor_cores<T, KB>())
-            if (tensor_cores) row_kernel = a.silu ? row_bwd_tensor_cores<T, KB, true> : row_bwd_tensor_cores<T, KB, false>;
+            if (tensor_cores)
+                row_kernel = a.silu ? row_bwd_tensor_cores<T, KB, true> : row_bwd_tensor_cores<T, KB, false>;
         // The tensor-core backward's blocks end with costly partial sums: its grid fills whole
         // waves with long blocks, which measured faster. The float backward measured slower
         // that way: 8 spans per block; except where it shares the slopes (f32 K = 9–16 with
@@ -716,7 +721,7 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
         // (4096, 2048, 1024), the pairs measured.
         constexpr int64_t kSegment = KB < 8 ? 256 : sizeof(T) == 2 ? 1024 : 512;
         splan = make_stream_plan<T, stream_backward_cpt<T, KB>()>(a, dx, stream_most_warps_across<true>(), kSegment,
-                                                           4096 * 256 / kSegment);
+                                                                  4096 * 256 / kSegment);
         parts = a.B * splan.time_blocks;
         if (!fits_stream_grid(a, splan)) return too_large(a);
     } else {
@@ -754,8 +759,8 @@ tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, cons
             // Past the 48 KB a launch gets without asking (if refused, the launch fails and says so).
             set_attribute_once(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, mma_backward_shape::BLOCK_BYTES,
                                shared_set[a.silu]);
-            status = launch_overlapped(op, kernel, stream_grid(a, mplan), dim3(kBlock), mma_backward_shape::BLOCK_BYTES, a,
-                                       mplan, ws, x_map, d_map, dx_map);
+            status = launch_overlapped(op, kernel, stream_grid(a, mplan), dim3(kBlock), mma_backward_shape::BLOCK_BYTES,
+                                       a, mplan, ws, x_map, d_map, dx_map);
         }
     } else if (float_streams) {
         if constexpr (!backward_stream_on_tensor_cores<T, KB>()) {
@@ -815,16 +820,22 @@ tg_status dispatch(const tg_conv1d_args *in, Args... args)
     if (K > kMaxK) return unsupported(in, "take K up to 16");
     switch (in->x->dtype) {
     case TG_F32:
-        return K <= 2 ? Launch<float, 2>::run(in, args...) : K == 3 ? Launch<float, 3>::run(in, args...)
-               : K == 4 ? Launch<float, 4>::run(in, args...) : K <= 8 ? Launch<float, 8>::run(in, args...)
+        return K <= 2   ? Launch<float, 2>::run(in, args...)
+               : K == 3 ? Launch<float, 3>::run(in, args...)
+               : K == 4 ? Launch<float, 4>::run(in, args...)
+               : K <= 8 ? Launch<float, 8>::run(in, args...)
                         : Launch<float, 16>::run(in, args...);
     case TG_BF16:
-        return K <= 2 ? Launch<__nv_bfloat16, 2>::run(in, args...) : K == 3 ? Launch<__nv_bfloat16, 3>::run(in, args...)
-               : K == 4 ? Launch<__nv_bfloat16, 4>::run(in, args...) : K <= 8 ? Launch<__nv_bfloat16, 8>::run(in, args...)
+        return K <= 2   ? Launch<__nv_bfloat16, 2>::run(in, args...)
+               : K == 3 ? Launch<__nv_bfloat16, 3>::run(in, args...)
+               : K == 4 ? Launch<__nv_bfloat16, 4>::run(in, args...)
+               : K <= 8 ? Launch<__nv_bfloat16, 8>::run(in, args...)
                         : Launch<__nv_bfloat16, 16>::run(in, args...);
     case TG_F16:
-        return K <= 2 ? Launch<__half, 2>::run(in, args...) : K == 3 ? Launch<__half, 3>::run(in, args...)
-               : K == 4 ? Launch<__half, 4>::run(in, args...) : K <= 8 ? Launch<__half, 8>::run(in, args...)
+        return K <= 2   ? Launch<__half, 2>::run(in, args...)
+               : K == 3 ? Launch<__half, 3>::run(in, args...)
+               : K == 4 ? Launch<__half, 4>::run(in, args...)
+               : K <= 8 ? Launch<__half, 8>::run(in, args...)
                         : Launch<__half, 16>::run(in, args...);
     default: return unsupported(in, "take f32, bf16 and f16");
     }

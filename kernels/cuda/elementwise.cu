@@ -162,8 +162,8 @@ extern "C" tg_status tg_cuda_unary_bwd(tg_unary_op op, double param, const tg_te
 
 template <typename T> static void launch_binary(tg_binary_op op, const tg_strided<3> &p, int64_t n)
 {
-    binary_dense<T><<<tg_blocks_for(n), TG_THREADS>>>(op, (const T *)p.data[0], (const T *)p.data[1], (T *)p.data[2],
-                                                      n);
+    binary_dense<T>
+        <<<tg_blocks_for(n), TG_THREADS>>>(op, (const T *)p.data[0], (const T *)p.data[1], (T *)p.data[2], n);
 }
 
 extern "C" tg_status tg_cuda_binary_fwd(tg_binary_op op, const tg_tensor *a, const tg_tensor *b, tg_tensor *out)

@@ -120,8 +120,8 @@ __global__ void gather_rows(tg_strided<2> rows, const W *table, int64_t table_ro
 template <typename W>
 static void launch_gather(const tg_strided<2> &rows, const tg_tensor *table, const tg_tensor *out, int64_t n)
 {
-    gather_rows<W><<<tg_blocks_for(n), TG_THREADS>>>(rows, (const W *)tg_bytes(table), table->shape[0], table->strides[0],
-                                                     table->strides[1], out->strides[out->ndim - 1],
+    gather_rows<W><<<tg_blocks_for(n), TG_THREADS>>>(rows, (const W *)tg_bytes(table), table->shape[0],
+                                                     table->strides[0], table->strides[1], out->strides[out->ndim - 1],
                                                      table->shape[1], n);
 }
 
@@ -179,24 +179,26 @@ __device__ inline int64_t lower_bound(const uint32_t *keys, int64_t n, uint32_t 
     int64_t lo = 0, hi = n;
     while (lo < hi) {
         int64_t mid = lo + (hi - lo) / 2;
-        if (keys[mid] < id) lo = mid + 1;
-        else hi = mid;
+        if (keys[mid] < id)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return lo;
 }
 
 struct grad_runs {
-    const uint32_t *keys;   // sorted ids
-    const int64_t *rows;    // dy's row offsets, in position order within each id's run
+    const uint32_t *keys; // sorted ids
+    const int64_t *rows;  // dy's row offsets, in position order within each id's run
     int64_t n, vocab, dim;
     const char *dy;
     int dy_dtype;
-    int64_t dy_step;        // dy's stride along D
-    int64_t *run_start;     // [vocab]: where id v's run starts in the sorted array
-    int64_t *run_length;    // [vocab]
-    int64_t *long_chunks;   // [vocab]: chunks of a run longer than CHUNK, else 0
-    int64_t *chunk_first;   // [vocab]: exclusive prefix sum of long_chunks
-    double *chunk_sums;     // [chunks][dim]
+    int64_t dy_step;      // dy's stride along D
+    int64_t *run_start;   // [vocab]: where id v's run starts in the sorted array
+    int64_t *run_length;  // [vocab]
+    int64_t *long_chunks; // [vocab]: chunks of a run longer than CHUNK, else 0
+    int64_t *chunk_first; // [vocab]: exclusive prefix sum of long_chunks
+    double *chunk_sums;   // [chunks][dim]
     char *dtable;
     int dtable_dtype;
     int64_t dtable_row_step, dtable_step;
@@ -219,7 +221,8 @@ __device__ inline void store_row_value(const grad_runs &g, int64_t id, int64_t d
 __global__ void find_runs(grad_runs g)
 {
     for (int64_t v = tg_global_index(); v < g.vocab; v += tg_global_stride()) {
-        int64_t start = lower_bound(g.keys, g.n, (uint32_t)v), length = lower_bound(g.keys, g.n, (uint32_t)v + 1) - start;
+        int64_t start = lower_bound(g.keys, g.n, (uint32_t)v),
+                length = lower_bound(g.keys, g.n, (uint32_t)v + 1) - start;
         g.run_start[v] = start;
         g.run_length[v] = length;
         g.long_chunks[v] = length > CHUNK ? (length + CHUNK - 1) / CHUNK : 0;
@@ -247,8 +250,10 @@ __global__ void sum_long_chunks(grad_runs g, int64_t max_chunks)
         int64_t lo = 0, hi = g.vocab; // the first id with chunk_first > c, less one
         while (lo < hi) {
             int64_t mid = lo + (hi - lo) / 2;
-            if (g.chunk_first[mid] <= c) lo = mid + 1;
-            else hi = mid;
+            if (g.chunk_first[mid] <= c)
+                lo = mid + 1;
+            else
+                hi = mid;
         }
         int64_t v = lo - 1, k = c - g.chunk_first[v];
         int64_t begin = g.run_start[v] + k * CHUNK, end = g.run_start[v] + g.run_length[v];
@@ -282,11 +287,11 @@ struct grad_scratch {
     double *chunk_sums;
 };
 
-#define TG_CUB_CHECK(call)                                                                                      \
-    do {                                                                                                        \
-        cudaError_t cub_error_ = (call);                                                                        \
-        if (cub_error_ != cudaSuccess)                                                                          \
-            status = tg_set_error(TG_ERR_DEVICE, "tg_embedding backward: %s", cudaGetErrorString(cub_error_));  \
+#define TG_CUB_CHECK(call)                                                                                             \
+    do {                                                                                                               \
+        cudaError_t cub_error_ = (call);                                                                               \
+        if (cub_error_ != cudaSuccess)                                                                                 \
+            status = tg_set_error(TG_ERR_DEVICE, "tg_embedding backward: %s", cudaGetErrorString(cub_error_));         \
     } while (0)
 
 // Radix-sorts n (key, row) pairs on the low end_bit bits of the keys (stable: equal keys
@@ -327,8 +332,8 @@ static tg_status alloc_scratch(grad_scratch &s, int64_t n, int64_t vocab, int64_
     size_t keys = aligned((size_t)n * sizeof(uint32_t)), rows = aligned((size_t)n * sizeof(int64_t));
     size_t per_id = aligned((size_t)vocab * sizeof(int64_t));
     size_t sums = aligned((size_t)max_long_chunks(n) * (size_t)dim * sizeof(double));
-    size_t sizes[] = {keys, keys, rows, rows, aligned(s.sort_bytes), aligned(s.scan_bytes), per_id, per_id, per_id,
-                      per_id, sums};
+    size_t sizes[] = {keys,   keys,   rows,   rows, aligned(s.sort_bytes), aligned(s.scan_bytes), per_id,
+                      per_id, per_id, per_id, sums};
     for (size_t size : sizes) s.bytes += size;
     status = tg_device_alloc(TG_DEVICE_CUDA, s.bytes, &s.block);
     if (status != TG_OK) return status;
@@ -374,17 +379,21 @@ static tg_status check_ids_unchanged(const tg_tensor *ids, int64_t vocab)
     int64_t position = -1, id = 0;
     tg_status status = tg_cuda_embedding_find_bad_id(ids, vocab, &position, &id);
     if (status != TG_OK || position < 0) return status;
-    return tg_set_error(TG_ERR_INVALID, "tg_embedding backward: id %lld at flat position %lld is outside [0, V) for "
-                                        "V = %lld (ids changed after the forward)", (long long)id,
-                        (long long)position, (long long)vocab);
+    return tg_set_error(TG_ERR_INVALID,
+                        "tg_embedding backward: id %lld at flat position %lld is outside [0, V) for "
+                        "V = %lld (ids changed after the forward)",
+                        (long long)id, (long long)position, (long long)vocab);
 }
 
 extern "C" tg_status tg_cuda_embedding_bwd(const tg_tensor *dy, const tg_tensor *ids, tg_tensor *dtable)
 {
     const int64_t n = tg_numel(ids), vocab = dtable->shape[0], dim = dtable->shape[1];
     if (n == 0 || dim == 0) return TG_OK;
-    if (vocab >= UINT32_MAX) return tg_set_error(TG_ERR_INVALID, "tg_embedding backward: %lld rows are too many for "
-                                                                 "32-bit sort keys", (long long)vocab);
+    if (vocab >= UINT32_MAX)
+        return tg_set_error(TG_ERR_INVALID,
+                            "tg_embedding backward: %lld rows are too many for "
+                            "32-bit sort keys",
+                            (long long)vocab);
     tg_status status = check_ids_unchanged(ids, vocab);
     if (status != TG_OK) return status;
     tg_bad_input *record = tg_cuda_bad_input_record();

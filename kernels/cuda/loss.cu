@@ -24,8 +24,10 @@ __global__ void ce_check_kernel(tg_cuda_view targets, int64_t n, int32_t ignore_
     for (int64_t i = tg_global_index(); i < n; i += tg_global_stride()) {
         int32_t t = ((const int32_t *)targets.data)[tg_offset_of(targets, i)];
         if (t == ignore_index) continue;
-        if (t >= 0 && t < classes) valid++;
-        else if (i < first_bad) first_bad = i;
+        if (t >= 0 && t < classes)
+            valid++;
+        else if (i < first_bad)
+            first_bad = i;
     }
     valid = block_sum(valid, shared);
     first_bad = block_reduce<min_op>(first_bad, (long long)LLONG_MAX, shared);
@@ -67,8 +69,8 @@ extern "C" tg_status tg_cuda_cross_entropy_check(const tg_tensor *targets, int32
         *n_valid = -1;
         tg_bad_input *record = tg_cuda_bad_input_record();
         if (!record) return TG_ERR_DEVICE;
-        record_bad_targets_kernel<<<tg_blocks_for(n), TG_THREADS>>>(tg_view_of(targets), n, ignore_index,
-                                                                    classes, record);
+        record_bad_targets_kernel<<<tg_blocks_for(n), TG_THREADS>>>(tg_view_of(targets), n, ignore_index, classes,
+                                                                    record);
         return tg_cuda_check_launch("tg_cross_entropy");
     }
     long long host[2] = {0, LLONG_MAX};
@@ -173,8 +175,8 @@ static int64_t row_count(const tg_tensor *logits)
     return n > 0 ? tg_numel(logits) / n : 0;
 }
 
-extern "C" tg_status tg_cuda_cross_entropy_fwd(const tg_tensor *logits, const tg_tensor *targets,
-                                               int32_t ignore_index, tg_tensor *loss, tg_tensor *count)
+extern "C" tg_status tg_cuda_cross_entropy_fwd(const tg_tensor *logits, const tg_tensor *targets, int32_t ignore_index,
+                                               tg_tensor *loss, tg_tensor *count)
 {
     int64_t rows = row_count(logits);
     if (rows == 0) { // no row: the loss is 0
@@ -202,9 +204,8 @@ extern "C" tg_status tg_cuda_cross_entropy_fwd(const tg_tensor *logits, const tg
     return status;
 }
 
-extern "C" tg_status tg_cuda_cross_entropy_bwd(const tg_tensor *logits, const tg_tensor *targets,
-                                               int32_t ignore_index, const tg_tensor *count, const tg_tensor *dloss,
-                                               tg_tensor *dlogits)
+extern "C" tg_status tg_cuda_cross_entropy_bwd(const tg_tensor *logits, const tg_tensor *targets, int32_t ignore_index,
+                                               const tg_tensor *count, const tg_tensor *dloss, tg_tensor *dlogits)
 {
     int64_t rows = row_count(logits);
     if (rows == 0) return TG_OK;

@@ -109,8 +109,10 @@ static bool batch_stride(const tg_tensor *t, const tg_tensor *out, int64_t *stri
     for (int d = t->ndim - 3; d >= 0; d--) {
         if (t->shape[d] == 1) continue;
         int64_t expected;
-        if (!found) *stride = t->strides[d];
-        else if (tg_mul_overflows(*stride, span, &expected) || t->strides[d] != expected) return false;
+        if (!found)
+            *stride = t->strides[d];
+        else if (tg_mul_overflows(*stride, span, &expected) || t->strides[d] != expected)
+            return false;
         found = true;
         span *= t->shape[d];
     }
@@ -164,11 +166,12 @@ static void operand_release(operand *op)
 #define MAX_BATCHES_PER_CALL 65535
 
 // C = op(A)·op(B) for every batch, as the column-major Cᵀ = op(B)ᵀ·op(A)ᵀ (see the top).
-static tg_status gemm_batches(cublasHandle_t handle, tg_dtype dtype, bool ta, bool tb, int64_t m, int64_t n,
-                              int64_t k, int64_t batches, const operand *a, const operand *b, const operand *c)
+static tg_status gemm_batches(cublasHandle_t handle, tg_dtype dtype, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                              int64_t batches, const operand *a, const operand *b, const operand *c)
 {
     cudaDataType_t type = CUDA_R_32F;
-    cublasComputeType_t compute = dtype == TG_F32 && tg_matmul_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    cublasComputeType_t compute =
+        dtype == TG_F32 && tg_matmul_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     const float one_f = 1.0f, zero_f = 0.0f;
     const double one_d = 1.0, zero_d = 0.0;
     const void *alpha = &one_f, *beta = &zero_f; // float scalars for CUBLAS_COMPUTE_32F

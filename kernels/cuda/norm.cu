@@ -333,9 +333,9 @@ static void launch_bwd_rows(const tg_tensor *x, const tg_tensor *weight, double 
                             const tg_tensor *dsum, tg_tensor *dx, double *partial, unsigned blocks, int64_t rows)
 {
     static_assert(32 * kGroups * W <= kFastRowMax, "more groups than the longest fast row needs");
-    rmsnorm_bwd_rows_kernel<T, W, kGroups><<<blocks, 32 * kFastWarps>>>(
-        typed<T>(x), typed<T>(weight), typed<T>(dy), typed<T>(dsum), typed<T>(dx), partial, rows,
-        x->shape[x->ndim - 1], (float)eps);
+    rmsnorm_bwd_rows_kernel<T, W, kGroups><<<blocks, 32 * kFastWarps>>>(typed<T>(x), typed<T>(weight), typed<T>(dy),
+                                                                        typed<T>(dsum), typed<T>(dx), partial, rows,
+                                                                        x->shape[x->ndim - 1], (float)eps);
 }
 
 // The backward with groups of W values and the fewest groups per lane that hold a row
@@ -373,8 +373,10 @@ static void launch_bwd_rows_any(const tg_tensor *x, const tg_tensor *weight, dou
                                 const tg_tensor *dsum, tg_tensor *dx, double *partial, unsigned blocks, int64_t rows,
                                 bool vectors)
 {
-    if (vectors) launch_bwd_rows_for<T, 16 / sizeof(T)>(x, weight, eps, dy, dsum, dx, partial, blocks, rows);
-    else launch_bwd_rows_for<T, 1>(x, weight, eps, dy, dsum, dx, partial, blocks, rows);
+    if (vectors)
+        launch_bwd_rows_for<T, 16 / sizeof(T)>(x, weight, eps, dy, dsum, dx, partial, blocks, rows);
+    else
+        launch_bwd_rows_for<T, 1>(x, weight, eps, dy, dsum, dx, partial, blocks, rows);
 }
 
 static int64_t row_count(const tg_tensor *x)
@@ -393,9 +395,12 @@ extern "C" tg_status tg_cuda_rmsnorm_fwd(const tg_tensor *x, const tg_tensor *re
     const tg_tensor *others[4] = {residual, weight, y, sum};
     if (fast_rows(x, others, 4)) {
         const bool vectors = rows_in_vectors(x, others, 4);
-        if (x->dtype == TG_F32) launch_fwd_rows<float>(x, residual, weight, eps, y, sum, rows, vectors);
-        else if (x->dtype == TG_BF16) launch_fwd_rows<__nv_bfloat16>(x, residual, weight, eps, y, sum, rows, vectors);
-        else launch_fwd_rows<__half>(x, residual, weight, eps, y, sum, rows, vectors);
+        if (x->dtype == TG_F32)
+            launch_fwd_rows<float>(x, residual, weight, eps, y, sum, rows, vectors);
+        else if (x->dtype == TG_BF16)
+            launch_fwd_rows<__nv_bfloat16>(x, residual, weight, eps, y, sum, rows, vectors);
+        else
+            launch_fwd_rows<__half>(x, residual, weight, eps, y, sum, rows, vectors);
         return tg_cuda_check_launch(op);
     }
     tg_cuda_view xv = tg_view_of(x), wv = tg_view_of(weight), yv = tg_view_of(y);
@@ -403,13 +408,17 @@ extern "C" tg_status tg_cuda_rmsnorm_fwd(const tg_tensor *x, const tg_tensor *re
     residual_add add = {tg_view_of(residual ? residual : x), tg_view_of(residual ? sum : x), residual != NULL};
     if (n <= kWarpRowMax) {
         unsigned blocks = tg_blocks_for(rows * 32);
-        if (x->dtype == TG_F64) rmsnorm_fwd_warp_kernel<double><<<blocks, TG_THREADS>>>(xv, add, wv, yv, rows, eps);
-        else rmsnorm_fwd_warp_kernel<float><<<blocks, TG_THREADS>>>(xv, add, wv, yv, rows, (float)eps);
+        if (x->dtype == TG_F64)
+            rmsnorm_fwd_warp_kernel<double><<<blocks, TG_THREADS>>>(xv, add, wv, yv, rows, eps);
+        else
+            rmsnorm_fwd_warp_kernel<float><<<blocks, TG_THREADS>>>(xv, add, wv, yv, rows, (float)eps);
         return tg_cuda_check_launch(op);
     }
     unsigned threads = row_threads(n), blocks = row_blocks(rows);
-    if (x->dtype == TG_F64) rmsnorm_fwd_kernel<double><<<blocks, threads>>>(xv, add, wv, yv, rows, eps);
-    else rmsnorm_fwd_kernel<float><<<blocks, threads>>>(xv, add, wv, yv, rows, (float)eps);
+    if (x->dtype == TG_F64)
+        rmsnorm_fwd_kernel<double><<<blocks, threads>>>(xv, add, wv, yv, rows, eps);
+    else
+        rmsnorm_fwd_kernel<float><<<blocks, threads>>>(xv, add, wv, yv, rows, (float)eps);
     return tg_cuda_check_launch(op);
 }
 
@@ -457,7 +466,8 @@ extern "C" tg_status tg_cuda_rmsnorm_bwd(const tg_tensor *x, const tg_tensor *we
         launch_bwd_rows_any<float>(x, weight, eps, dy, dsum, dx, partial, blocks, rows, vectors);
     else if (fast && x->dtype == TG_BF16)
         launch_bwd_rows_any<__nv_bfloat16>(x, weight, eps, dy, dsum, dx, partial, blocks, rows, vectors);
-    else if (fast) launch_bwd_rows_any<__half>(x, weight, eps, dy, dsum, dx, partial, blocks, rows, vectors);
+    else if (fast)
+        launch_bwd_rows_any<__half>(x, weight, eps, dy, dsum, dx, partial, blocks, rows, vectors);
     else {
         // Without dx its view is x's, never written (want_dx is false); without dsum, dy's, never read.
         tg_cuda_view xv = tg_view_of(x), wv = tg_view_of(weight), gv = tg_view_of(dy), dxv = tg_view_of(dx ? dx : x);

@@ -141,10 +141,7 @@ template <typename P, typename C> struct sgd_launch {
     }
 };
 
-extern "C" tg_status tg_cuda_adamw(const tg_optim_update *u)
-{
-    return u->n_ranges ? by_dtype<adamw_launch>(u) : TG_OK;
-}
+extern "C" tg_status tg_cuda_adamw(const tg_optim_update *u) { return u->n_ranges ? by_dtype<adamw_launch>(u) : TG_OK; }
 
 extern "C" tg_status tg_cuda_sgd(const tg_optim_update *u) { return u->n_ranges ? by_dtype<sgd_launch>(u) : TG_OK; }
 

@@ -157,8 +157,8 @@ extern "C" tg_status tg_cuda_sum_axis(const tg_tensor *x, int axis, double scale
     const char *op = axis == TG_AXIS_ALL ? "tg_sum_all" : "tg_sum";
     // Warps when the summed elements are adjacent (or outputs too few to keep threads
     // busy, unless the outputs are the adjacent ones); threads otherwise.
-    bool by_warp = p.count >= WARP && (smallest_stride(p.reduced) == 1 ||
-                                       (smallest_stride(p.kept) != 1 && p.n_out < 8192));
+    bool by_warp =
+        p.count >= WARP && (smallest_stride(p.reduced) == 1 || (smallest_stride(p.kept) != 1 && p.n_out < 8192));
     if (by_warp)
         choose_chunks(p, 8192, 1024);
     else
@@ -177,7 +177,7 @@ extern "C" tg_status tg_cuda_sum_axis(const tg_tensor *x, int axis, double scale
     tg_status status = tg_cuda_check_launch(op);
     if (status == TG_OK && partial) {
         sum_partials<<<tg_blocks_for(p.n_out * WARP), TG_THREADS>>>(partial, p.n_out, p.chunks, scale, tg_bytes(out),
-                                                                     (int)out->dtype);
+                                                                    (int)out->dtype);
         status = tg_cuda_check_launch(op);
     }
     tg_device_free(TG_DEVICE_CUDA, partial, partial_bytes); // queued work finishes before reuse

@@ -40,8 +40,8 @@ extern "C" tg_status tg_cuda_memcpy(void *dst, const void *src, size_t bytes, tg
         TG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, tg_cuda_stream()));
         return TG_OK;
     }
-    tg_status refused = refuse_wait_in_capture(direction == TG_COPY_HOST_TO_DEVICE ? "a copy from the host"
-                                                                                   : "a copy to the host");
+    tg_status refused =
+        refuse_wait_in_capture(direction == TG_COPY_HOST_TO_DEVICE ? "a copy from the host" : "a copy to the host");
     if (refused != TG_OK) return refused;
     cudaMemcpyKind kind = direction == TG_COPY_HOST_TO_DEVICE ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
     TG_CUDA_CHECK(cudaMemcpy(dst, src, bytes, kind));
@@ -162,11 +162,12 @@ __global__ void fill_kernel(tg_strided<1> plan, double value, int64_t n)
 template <elementwise_kind Kind, typename T>
 static void launch_dense_16(const tg_strided<2> &plan, int64_t n, bool aligned)
 {
-    dense_16_kernel<Kind><<<tg_blocks_for(aligned ? (n + 7) / 8 : n), TG_THREADS>>>((T *)plan.data[0],
-                                                                                   (const T *)plan.data[1], n, aligned);
+    dense_16_kernel<Kind><<<tg_blocks_for(aligned ? (n + 7) / 8 : n), TG_THREADS>>>(
+        (T *)plan.data[0], (const T *)plan.data[1], n, aligned);
 }
 
-template <elementwise_kind Kind> static tg_status launch_elementwise(tg_tensor *dst, const tg_tensor *src, const char *op)
+template <elementwise_kind Kind>
+static tg_status launch_elementwise(tg_tensor *dst, const tg_tensor *src, const char *op)
 {
     const int64_t n = tg_numel(dst);
     if (n == 0) return TG_OK;
@@ -178,8 +179,8 @@ template <elementwise_kind Kind> static tg_status launch_elementwise(tg_tensor *
     const bool dense_same = tg_strided_is_dense(plan) && dst->dtype == src->dtype;
     const int64_t elem = (int64_t)tg_dtype_size(dst->dtype);
     if (dense_same && dst->dtype == TG_F32 && aligned)
-        dense_f32_kernel<Kind><<<tg_blocks_for((n + 3) / 4), TG_THREADS>>>((float *)plan.data[0],
-                                                                          (const float *)plan.data[1], n);
+        dense_f32_kernel<Kind>
+            <<<tg_blocks_for((n + 3) / 4), TG_THREADS>>>((float *)plan.data[0], (const float *)plan.data[1], n);
     else if (dense_same && dst->dtype == TG_BF16)
         launch_dense_16<Kind, __nv_bfloat16>(plan, n, aligned);
     else if (dense_same && dst->dtype == TG_F16)
@@ -284,16 +285,17 @@ extern "C" tg_status tg_cuda_axpy(void *y, const void *x, tg_dtype dtype, int64_
 // t[i] = a + b·u[i] (u contiguous floats), written into t's layout and dtype.
 __global__ void affine_kernel(tg_cuda_view t, const float *u, double a, double b, int64_t n)
 {
-    for (int64_t i = tg_global_index(); i < n; i += tg_global_stride()) tg_store_any(t, tg_offset_of(t, i), a + b * u[i]);
+    for (int64_t i = tg_global_index(); i < n; i += tg_global_stride())
+        tg_store_any(t, tg_offset_of(t, i), a + b * u[i]);
 }
 
-#define TG_CURAND_CHECK(call)                                                                                     \
-    do {                                                                                                           \
-        curandStatus_t curand_status_ = (call);                                                                    \
-        if (curand_status_ != CURAND_STATUS_SUCCESS) {                                                             \
-            status = tg_set_error(TG_ERR_DEVICE, "%s failed with cuRAND status %d", #call, (int)curand_status_); \
-            goto done;                                                                                             \
-        }                                                                                                          \
+#define TG_CURAND_CHECK(call)                                                                                          \
+    do {                                                                                                               \
+        curandStatus_t curand_status_ = (call);                                                                        \
+        if (curand_status_ != CURAND_STATUS_SUCCESS) {                                                                 \
+            status = tg_set_error(TG_ERR_DEVICE, "%s failed with cuRAND status %d", #call, (int)curand_status_);       \
+            goto done;                                                                                                 \
+        }                                                                                                              \
     } while (0)
 
 extern "C" tg_status tg_cuda_fill_random(tg_tensor *t, uint64_t seed, bool normal, double a, double b)
@@ -333,8 +335,10 @@ static tg_status refuse_wait_in_capture(const char *what)
 {
     if (!tg_cuda_capturing()) return TG_OK;
     if (!capture_broken_by[0]) snprintf(capture_broken_by, sizeof capture_broken_by, "%s", what);
-    return tg_set_error(TG_ERR_STATE, "%s waits for the device, which a CUDA graph capture cannot record "
-                                      "(the capture is now broken: tg_graph_end will fail)", what);
+    return tg_set_error(TG_ERR_STATE,
+                        "%s waits for the device, which a CUDA graph capture cannot record "
+                        "(the capture is now broken: tg_graph_end will fail)",
+                        what);
 }
 
 extern "C" bool tg_cuda_capturing(void)
@@ -362,14 +366,17 @@ extern "C" tg_status tg_cuda_capture_end(void **exec, size_t *n_nodes)
     cudaError_t error = cudaStreamEndCapture(tg_cuda_stream(), &graph);
     if (error != cudaSuccess || !graph) {
         cudaGetLastError();
-        return tg_set_error(TG_ERR_DEVICE, "the capture failed: %s (a call during it waited for the device, or a "
-                                           "kernel could not be recorded)",
+        return tg_set_error(TG_ERR_DEVICE,
+                            "the capture failed: %s (a call during it waited for the device, or a "
+                            "kernel could not be recorded)",
                             cudaGetErrorString(error == cudaSuccess ? cudaErrorStreamCaptureInvalidated : error));
     }
     if (capture_broken_by[0]) {
         cudaGraphDestroy(graph);
-        tg_status status = tg_set_error(TG_ERR_STATE, "the capture failed: %s was called during it, and waits for "
-                                                      "the device", capture_broken_by);
+        tg_status status = tg_set_error(TG_ERR_STATE,
+                                        "the capture failed: %s was called during it, and waits for "
+                                        "the device",
+                                        capture_broken_by);
         capture_broken_by[0] = '\0';
         return status;
     }

@@ -52,20 +52,20 @@
 
 namespace {
 
-constexpr int kLanes = 4;                       // lanes per (b, d) state vector
-constexpr int kStates = 4;                      // state entries per lane
-constexpr int kMaxN = kLanes * kStates;         // the largest N the kernels take
-constexpr int kRows = 32;                       // channels per block
-constexpr int kThreads = kRows * kLanes;        // 128
+constexpr int kLanes = 4;                // lanes per (b, d) state vector
+constexpr int kStates = 4;               // state entries per lane
+constexpr int kMaxN = kLanes * kStates;  // the largest N the kernels take
+constexpr int kRows = 32;                // channels per block
+constexpr int kThreads = kRows * kLanes; // 128
 constexpr int kWarps = kThreads / 32;
-constexpr int kTile = 16;                       // steps per tile
-constexpr int kOwn = kTile / kLanes;            // steps each lane loads and finishes
-constexpr int kPitch = kTile + 4;               // per-step tiles: rows of 20 floats (no bank conflicts)
-constexpr int kNPitch = kMaxN + 4;              // Bm/Cm tiles: 16-byte aligned rows
-constexpr int kMatLoaders = kThreads / 2;       // threads loading Bm (and as many loading Cm)
+constexpr int kTile = 16;                 // steps per tile
+constexpr int kOwn = kTile / kLanes;      // steps each lane loads and finishes
+constexpr int kPitch = kTile + 4;         // per-step tiles: rows of 20 floats (no bank conflicts)
+constexpr int kNPitch = kMaxN + 4;        // Bm/Cm tiles: 16-byte aligned rows
+constexpr int kMatLoaders = kThreads / 2; // threads loading Bm (and as many loading Cm)
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr int kMaxSpans = 8;                    // spans a sequence is cut into at most
-constexpr int64_t kMinSpan = 64;                // steps a span has at least
+constexpr int kMaxSpans = 8;     // spans a sequence is cut into at most
+constexpr int64_t kMinSpan = 64; // steps a span has at least
 
 static_assert(kOwn == 4, "the vector loads are written for 4 steps per lane");
 static_assert(kMatLoaders == kMaxN * (kTile / kOwn), "one Bm/Cm run of kOwn steps per loader");
@@ -101,14 +101,14 @@ struct scan_params {
     small dfinal;
     seq du, ddelta, dz;
     small dinit;
-    float *ws_bc;          // (groups, B, 2, N, L): per block, Σ_d of the dBm and dCm terms
-    float *ws_a;           // (spans, B, D, N): Σ_t over the span of the dA terms
-    float *ws_dv, *ws_db;  // (spans, B, D): Σ_t over the span of the dDv and ddelta_bias terms
-    float *ckpt;           // per block: slots × kThreads × kStates tile start states
+    float *ws_bc;         // (groups, B, 2, N, L): per block, Σ_d of the dBm and dCm terms
+    float *ws_a;          // (spans, B, D, N): Σ_t over the span of the dA terms
+    float *ws_dv, *ws_db; // (spans, B, D): Σ_t over the span of the dDv and ddelta_bias terms
+    float *ckpt;          // per block: slots × kThreads × kStates tile start states
     int64_t slots;
     // spans
-    float *span_state;     // (spans, B, D, kMaxN): a span's summary (end state, or δh passed back)
-    float *span_dt;        // (spans, B, D): Σ dt over the span
+    float *span_state; // (spans, B, D, kMaxN): a span's summary (end state, or δh passed back)
+    float *span_dt;    // (spans, B, D): Σ dt over the span
 };
 
 // ---- element access ----------------------------------------------------------------------
@@ -226,8 +226,7 @@ __device__ inline float step_dt(float v, bool use_softplus, float *slope)
 // the row's 4 lanes, lane l keeping steps [l·M/4, (l+1)·M/4). Two butterfly stages, each
 // halving what a lane keeps: M/2 + M/4 shuffles instead of 2·M. The order of additions is
 // fixed.
-template <int M>
-__device__ inline void row_sum_transposed(const float (&v)[M], float (&out)[M / kLanes], int lane_n)
+template <int M> __device__ inline void row_sum_transposed(const float (&v)[M], float (&out)[M / kLanes], int lane_n)
 {
     static_assert(kLanes == 4 && M % 4 == 0, "two stages over four lanes");
     float w[M / 2];
@@ -316,8 +315,7 @@ __device__ inline void load_A(const scan_params &P, int dtype, const place &w, f
 }
 
 // x[j] = t[b, d, n] for a (B, D, N) tensor (0 when absent or past N).
-__device__ inline void load_bdn(const small &t, int dtype, const scan_params &P, const place &w,
-                                float (&x)[kStates])
+__device__ inline void load_bdn(const small &t, int dtype, const scan_params &P, const place &w, float (&x)[kStates])
 {
 #pragma unroll
     for (int j = 0; j < kStates; j++) {
@@ -396,8 +394,7 @@ __device__ inline void carry_across_span(const scan_params &P, const place &w, i
 }
 
 // A summary pass's result: v (the lane's states) and Σ dt (each lane's share of the steps).
-__device__ inline void write_span_summary(const scan_params &P, const place &w, const float (&v)[kStates],
-                                          float dt_sum)
+__device__ inline void write_span_summary(const scan_params &P, const place &w, const float (&v)[kStates], float dt_sum)
 {
     dt_sum += __shfl_xor_sync(0xffffffffu, dt_sum, 1);
     dt_sum += __shfl_xor_sync(0xffffffffu, dt_sum, 2);
@@ -435,9 +432,9 @@ __device__ inline void advance_step(const float (*s_dt)[kPitch], const float (*s
 
 // One step of the recurrence from the staged tile; returns this lane's share of Cm·h.
 // exp(dt·A) = 2^((dt·log2 e)·A), formed exactly so in the backward's recomputation.
-__device__ inline float fwd_step(const float (*s_dt)[kPitch], const float (*s_u)[kPitch],
-                                 const float (*s_B)[kNPitch], const float (*s_C)[kNPitch], const place &w, int i,
-                                 const float (&A)[kStates], float (&h)[kStates])
+__device__ inline float fwd_step(const float (*s_dt)[kPitch], const float (*s_u)[kPitch], const float (*s_B)[kNPitch],
+                                 const float (*s_C)[kNPitch], const place &w, int i, const float (&A)[kStates],
+                                 float (&h)[kStates])
 {
     const float dt = s_dt[w.r][i], dtu = dt * s_u[w.r][i], dt2 = dt * kLog2e;
     float Bv[kStates], Cv[kStates], y = 0.0f;
@@ -454,8 +451,7 @@ __device__ inline float fwd_step(const float (*s_dt)[kPitch], const float (*s_u)
 // kDtype: the dtype of every tensor but the chunk states (a template argument, so that each
 // load and store compiles to one access). kEndOnly: the spans' summary pass, which writes
 // only each span's end state from a zero start and its Σ dt.
-template <int kDtype, bool kEndOnly>
-__global__ void __launch_bounds__(kThreads) scan_fwd_kernel(scan_params P)
+template <int kDtype, bool kEndOnly> __global__ void __launch_bounds__(kThreads) scan_fwd_kernel(scan_params P)
 {
     __shared__ __align__(16) float s_dt[kRows][kPitch];
     __shared__ __align__(16) float s_u[kRows][kPitch];
@@ -521,7 +517,7 @@ __global__ void __launch_bounds__(kThreads) scan_fwd_kernel(scan_params P)
             }
             continue;
         }
-        float yp[kTile]; // this lane's share of Cm·h per step
+        float yp[kTile];                   // this lane's share of Cm·h per step
         if (len == kTile && tile_chunks) { // no step needs a test: the compiler can interleave them
             if (t0 == next_save) {
                 save_chunk_state(P, w, save_index++, h);
@@ -619,8 +615,7 @@ __device__ inline float *ckpt_slot(const scan_params &P, const place &w, int64_t
     return P.ckpt + ((blockIdx.x * P.slots + slot) * kThreads + w.tid) * kStates;
 }
 
-template <int kDtype>
-__global__ void __launch_bounds__(kThreads, 3) scan_bwd_kernel(scan_params P)
+template <int kDtype> __global__ void __launch_bounds__(kThreads, 3) scan_bwd_kernel(scan_params P)
 {
     __shared__ __align__(16) float s_dt[kRows][kPitch];
     __shared__ __align__(16) float s_u[kRows][kPitch];
@@ -710,7 +705,7 @@ __global__ void __launch_bounds__(kThreads, 3) scan_bwd_kernel(scan_params P)
         //   carry ← Ā·δh,  Σ_n δh·Bm (p1: for du, ddt),  Σ_n δh·A·Ā·h_prev (p2: for ddt),
         //   dA += δh·dt·Ā·h_prev,  dBm += δh·dt·u,  dCm += dy·h (the last two summed over d).
         // kFull: all kTile steps are in the tile, so no step needs a test.
-        auto reverse_tile = [&](auto full_tile, float (&p1)[kTile], float (&p2)[kTile], float (&dA_tile)[kStates]) {
+        auto reverse_tile = [&](auto full_tile, float(&p1)[kTile], float(&p2)[kTile], float(&dA_tile)[kStates]) {
             constexpr bool kFull = decltype(full_tile)::value;
             float h0[kStates], hs[kTile][kStates], yp[kTile];
 #pragma unroll
@@ -843,8 +838,7 @@ __global__ void __launch_bounds__(kThreads, 3) scan_bwd_kernel(scan_params P)
 // The backward's summary pass for spans 1 … spans − 1: the δh each passes back to the span
 // before it from a zero carry at its end, and its Σ dt. Only δh's recurrence, δh_t =
 // Cm_t·dy_t + carry, carry ← Ā_t·δh_t, with the main pass's arithmetic.
-template <int kDtype>
-__global__ void __launch_bounds__(kThreads) scan_bwd_summary_kernel(scan_params P)
+template <int kDtype> __global__ void __launch_bounds__(kThreads) scan_bwd_summary_kernel(scan_params P)
 {
     __shared__ __align__(16) float s_dt[kRows][kPitch];
     __shared__ __align__(16) float s_dy[kRows][kPitch];
@@ -1015,7 +1009,7 @@ tg_status make_params(const tg_scan_args *a, scan_params &P, int64_t &cells)
     return TG_OK;
 }
 
-int forced_spans = 0;                 // tg_cuda_scan_force_spans
+int forced_spans = 0;                       // tg_cuda_scan_force_spans
 int last_fwd_spans = 0, last_bwd_spans = 0; // tg_cuda_scan_last_spans
 
 // Cuts the sequence into spans of whole chunks when the grid of one block per (b, group)
@@ -1140,8 +1134,8 @@ extern "C" tg_status tg_cuda_selective_scan_fwd(const tg_scan_args *args, tg_ten
     scan_params P;
     int64_t cells;
     tg_status status = make_params(args, P, cells);
-    const tg_tensor *same[] = {args->delta, args->A, args->Bm, args->Cm, args->Dv, args->z, args->delta_bias,
-                               args->initial_state, out, final_state};
+    const tg_tensor *same[] = {args->delta,         args->A, args->Bm,   args->Cm, args->Dv, args->z, args->delta_bias,
+                               args->initial_state, out,     final_state};
     if (status == TG_OK) status = check_dtypes(same, (int)(sizeof same / sizeof same[0]), args->u->dtype);
     if (status == TG_OK) status = check_states(chunk_states);
     if (status != TG_OK) return status;
@@ -1176,9 +1170,25 @@ extern "C" tg_status tg_cuda_selective_scan_bwd(const tg_scan_args *args, const 
     int64_t cells;
     tg_status status = make_params(args, P, cells);
     const tg_scan_grads *g = grads;
-    const tg_tensor *same[] = {args->delta, args->A, args->Bm, args->Cm, args->Dv, args->z, args->delta_bias,
-                               args->initial_state, dout, dfinal, g->du, g->ddelta, g->dA, g->dBm, g->dCm, g->dDv,
-                               g->dz, g->ddelta_bias, g->dinitial_state};
+    const tg_tensor *same[] = {args->delta,
+                               args->A,
+                               args->Bm,
+                               args->Cm,
+                               args->Dv,
+                               args->z,
+                               args->delta_bias,
+                               args->initial_state,
+                               dout,
+                               dfinal,
+                               g->du,
+                               g->ddelta,
+                               g->dA,
+                               g->dBm,
+                               g->dCm,
+                               g->dDv,
+                               g->dz,
+                               g->ddelta_bias,
+                               g->dinitial_state};
     if (status == TG_OK) status = check_dtypes(same, (int)(sizeof same / sizeof same[0]), args->u->dtype);
     if (status == TG_OK) status = check_states(chunk_states);
     if (status == TG_OK && !chunk_states)
@@ -1231,14 +1241,14 @@ extern "C" tg_status tg_cuda_selective_scan_bwd(const tg_scan_args *args, const 
     status = tg_cuda_check_launch("tg_selective_scan backward");
     if (status == TG_OK && P.ws_bc) {
         const int64_t per_group = P.B * 2 * P.N * P.L;
-        sum_bc_kernel<<<tg_blocks_for(per_group), TG_THREADS>>>(P.ws_bc, P.groups, per_group, P.N, P.L,
-                                                               seq_of(g->dBm), seq_of(g->dCm), P.dtype);
+        sum_bc_kernel<<<tg_blocks_for(per_group), TG_THREADS>>>(P.ws_bc, P.groups, per_group, P.N, P.L, seq_of(g->dBm),
+                                                                seq_of(g->dCm), P.dtype);
         status = tg_cuda_check_launch("tg_selective_scan backward");
     }
     if (status == TG_OK && (P.ws_a || P.ws_dv || P.ws_db)) {
         sum_channels_kernel<<<tg_blocks_for(P.D * P.N + 2 * P.D), TG_THREADS>>>(
-            P.ws_a, P.ws_dv, P.ws_db, P.spans * P.B, P.D, P.N, small_of(g->dA), small_of(g->dDv), small_of(g->ddelta_bias),
-            P.dtype);
+            P.ws_a, P.ws_dv, P.ws_db, P.spans * P.B, P.D, P.N, small_of(g->dA), small_of(g->dDv),
+            small_of(g->ddelta_bias), P.dtype);
         status = tg_cuda_check_launch("tg_selective_scan backward");
     }
     tg_device_free(TG_DEVICE_CUDA, base, ws_bytes);

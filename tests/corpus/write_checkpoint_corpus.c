@@ -60,8 +60,19 @@ static cf_blob write_good(void)
 static void truncations(cf_blob good)
 {
     const size_t header_end = 8 + (size_t)cf_header_length(good);
-    const size_t cuts[] = {0, 1, 7, 8, 9, 16, header_end / 2, header_end - 1, header_end, header_end + 1,
-                           header_end + (good.size - header_end) / 2, good.size - 4, good.size - 1};
+    const size_t cuts[] = {0,
+                           1,
+                           7,
+                           8,
+                           9,
+                           16,
+                           header_end / 2,
+                           header_end - 1,
+                           header_end,
+                           header_end + 1,
+                           header_end + (good.size - header_end) / 2,
+                           good.size - 4,
+                           good.size - 1};
     for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
         char name[64];
         snprintf(name, sizeof name, "truncated-to-%zu", cuts[i]);
@@ -176,14 +187,21 @@ static void sealed_edits(cf_blob good)
         const char *name;
         void (*edit)(cJSON *root);
     } edits[] = {
-        {"sealed-negative-step", negative_step}, {"sealed-step-past-2^53", huge_step},
+        {"sealed-negative-step", negative_step},
+        {"sealed-step-past-2^53", huge_step},
         {"sealed-huge-optimizer-step", huge_optimizer_step},
-        {"sealed-short-rng", short_rng}, {"sealed-newer-version", newer_version},
-        {"sealed-other-format", other_format}, {"sealed-config-not-json", config_not_json},
-        {"sealed-other-optimizer", other_optimizer}, {"sealed-no-metadata", no_metadata},
-        {"sealed-other-dtype", other_dtype}, {"sealed-unknown-dtype", unknown_dtype},
-        {"sealed-other-shape", other_shape}, {"sealed-overlapping-offsets", overlapping},
-        {"sealed-offsets-past-the-end", past_the_end}, {"sealed-missing-tensor", missing_tensor},
+        {"sealed-short-rng", short_rng},
+        {"sealed-newer-version", newer_version},
+        {"sealed-other-format", other_format},
+        {"sealed-config-not-json", config_not_json},
+        {"sealed-other-optimizer", other_optimizer},
+        {"sealed-no-metadata", no_metadata},
+        {"sealed-other-dtype", other_dtype},
+        {"sealed-unknown-dtype", unknown_dtype},
+        {"sealed-other-shape", other_shape},
+        {"sealed-overlapping-offsets", overlapping},
+        {"sealed-offsets-past-the-end", past_the_end},
+        {"sealed-missing-tensor", missing_tensor},
         {"sealed-extra-tensor", extra_tensor},
     };
     for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {

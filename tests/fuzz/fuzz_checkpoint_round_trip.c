@@ -72,7 +72,10 @@ static tg_optim *optimizer(const plan *p, tg_params *params)
     return optim;
 }
 
-static size_t store_bytes(tg_params *params) { return (size_t)tg_params_numel(params) * tg_dtype_size(tg_params_get(params, 0)->dtype); }
+static size_t store_bytes(tg_params *params)
+{
+    return (size_t)tg_params_numel(params) * tg_dtype_size(tg_params_get(params, 0)->dtype);
+}
 
 /* Every optimizer buffer of a and b holds the same bytes. */
 static bool same_state(const tg_optim *a, const tg_optim *b, size_t numel)

@@ -22,7 +22,8 @@ int main(int argc, char **argv)
             tg_fill_normal(tg_params_get(params, i)->grad, &rng, 0.0, 1.0);
         }
         ok = tg_optim_step(optim, 1) == TG_OK;
-        tg_checkpoint_info info = {.step = seed * 1000, .rng = rng, .config = seed ? "{\"seed\": [1, 2.5, \"x\"]}" : NULL};
+        tg_checkpoint_info info = {
+            .step = seed * 1000, .rng = rng, .config = seed ? "{\"seed\": [1, 2.5, \"x\"]}" : NULL};
         snprintf(path, sizeof path, "%s/seed%d.safetensors", argv[1], seed);
         /* The last one without the optimizer's state: loading it into the optimizer fails. */
         ok = ok && tg_checkpoint_save(path, params, seed < 2 ? optim : NULL, &info) == TG_OK;

@@ -21,7 +21,8 @@ static inline tg_params *fuzz_model_build(tg_optim **optim)
 {
     tg_params *params = tg_params_create(TG_DEVICE_CPU);
     for (size_t i = 0; params && i < sizeof fuzz_model_params / sizeof *fuzz_model_params; i++)
-        if (!tg_params_add(params, fuzz_model_params[i].name, TG_F32, fuzz_model_params[i].ndim, fuzz_model_params[i].shape))
+        if (!tg_params_add(params, fuzz_model_params[i].name, TG_F32, fuzz_model_params[i].ndim,
+                           fuzz_model_params[i].shape))
             return NULL;
     tg_optim_config config = tg_adamw_config(0.01);
     *optim = params ? tg_optim_create(params, &config) : NULL;

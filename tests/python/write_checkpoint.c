@@ -109,7 +109,8 @@ static int write_reference(const char *path, tg_params *params, const tg_optim *
             tg_tensor *p = tg_params_get(params, i);
             char name[160];
             snprintf(name, sizeof name, "optim.%s.%s", buffers[b].name, p->name);
-            describe(tensors, name, p, (const char *)buffers[b].data + p->offset * (int64_t)tg_dtype_size(buffers[b].dtype),
+            describe(tensors, name, p,
+                     (const char *)buffers[b].data + p->offset * (int64_t)tg_dtype_size(buffers[b].dtype),
                      buffers[b].dtype);
         }
     cJSON *metadata = cJSON_AddObjectToObject(root, "metadata");
@@ -117,8 +118,10 @@ static int write_reference(const char *path, tg_params *params, const tg_optim *
     cJSON_AddStringToObject(metadata, "format_version", "2");
     add_text(metadata, "step", "%lld", (long long)info->step);
     add_text(metadata, "rng", "%016llx %016llx %016llx %016llx", (unsigned long long)info->rng.s[0],
-             (unsigned long long)info->rng.s[1], (unsigned long long)info->rng.s[2], (unsigned long long)info->rng.s[3]);
-    cJSON_AddStringToObject(metadata, "optimizer", tg_optim_get_config(optim)->kind == TG_OPTIM_ADAMW ? "adamw" : "sgd");
+             (unsigned long long)info->rng.s[1], (unsigned long long)info->rng.s[2],
+             (unsigned long long)info->rng.s[3]);
+    cJSON_AddStringToObject(metadata, "optimizer",
+                            tg_optim_get_config(optim)->kind == TG_OPTIM_ADAMW ? "adamw" : "sgd");
     add_text(metadata, "optimizer_step", "%lld", (long long)tg_optim_step_count(optim));
     cJSON_AddStringToObject(metadata, "config", info->config);
     char *json = cJSON_Print(root);
@@ -136,7 +139,8 @@ static int write_one(const char *dir, const char *name, tg_dtype dtype, tg_optim
     tg_optim *optim = params ? tg_optim_create(params, &config) : NULL;
     if (!optim || train(params, optim, rng, 3) != TG_OK) return fail(name);
     char config_text[160], path[512];
-    snprintf(config_text, sizeof config_text, "{\"name\": \"%s\", \"dims\": [6, 12], \"note\": \"caf\\u00e9 \\\"q\\\"\"}", name);
+    snprintf(config_text, sizeof config_text,
+             "{\"name\": \"%s\", \"dims\": [6, 12], \"note\": \"caf\\u00e9 \\\"q\\\"\"}", name);
     tg_checkpoint_info info = {.step = (int64_t)tg_rng_below(rng, 1000000), .rng = *rng, .config = config_text};
     snprintf(path, sizeof path, "%s/%s.safetensors", dir, name);
     if (tg_checkpoint_save(path, params, optim, &info) != TG_OK) return fail(path);
@@ -171,7 +175,8 @@ int main(int argc, char **argv)
         tg_optim_config sgd = tg_sgd_config(0.1, 0.9);
         sgd.weight_decay = 0.01;
         return write_one(argv[2], "f32", TG_F32, tg_adamw_config(0.01), &rng) ||
-               write_one(argv[2], "f64", TG_F64, sgd, &rng) || write_one(argv[2], "bf16", TG_BF16, tg_adamw_config(0.01), &rng);
+               write_one(argv[2], "f64", TG_F64, sgd, &rng) ||
+               write_one(argv[2], "bf16", TG_BF16, tg_adamw_config(0.01), &rng);
     }
     if (argc == 4 && !strcmp(argv[1], "resave")) return resave(argv[2], argv[3]);
     fprintf(stderr, "usage: write_checkpoint write DIR SEED | resave IN OUT\n");

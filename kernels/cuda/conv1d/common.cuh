@@ -11,10 +11,10 @@
 
 namespace tg_conv1d {
 
-constexpr int kBlock = 128;    // threads per block
-constexpr int kMaxK = 16;      // the largest kernel width the GPU path takes
-constexpr int kTileC = 64;     // tile kernels: channels per tile (a warp covers 32 of them)
-constexpr int kTileT = 64;     // tile kernels: steps per tile
+constexpr int kBlock = 128; // threads per block
+constexpr int kMaxK = 16;   // the largest kernel width the GPU path takes
+constexpr int kTileC = 64;  // tile kernels: channels per tile (a warp covers 32 of them)
+constexpr int kTileT = 64;  // tile kernels: steps per tile
 
 // A rank-3 tensor for the kernels: element pointer and element strides.
 struct t3 {
@@ -31,20 +31,22 @@ struct weight_grads {
     __device__ bool wanted(int i) const { return i == KB ? db != NULL : i < K && dw != NULL; }
     __device__ void store(int64_t c, int i, float sum) const
     {
-        if (i == KB) tg_store_raw(db, dtype, c * dbs0, sum);
-        else tg_store_raw(dw, dtype, c * dws0 + (K - 1 - i) * dws1, sum);
+        if (i == KB)
+            tg_store_raw(db, dtype, c * dbs0, sum);
+        else
+            tg_store_raw(dw, dtype, c * dws0 + (K - 1 - i) * dws1, sum);
     }
 };
 
 struct conv_args {
     int64_t B, C, L;
     int K;
-    int dtype;   // storage dtype of every tensor (the op checks they agree)
+    int dtype; // storage dtype of every tensor (the op checks they agree)
     bool silu;
-    t3 x, y;     // forward: x in, y = out; backward: x in, y = dout
-    t3 dx;       // backward only
-    t3 init;     // (B, C, K−1) or p == NULL
-    t3 dfinal;   // backward only, or p == NULL
+    t3 x, y;   // forward: x in, y = out; backward: x in, y = dout
+    t3 dx;     // backward only
+    t3 init;   // (B, C, K−1) or p == NULL
+    t3 dfinal; // backward only, or p == NULL
     const char *w;
     int64_t ws0, ws1;
     const char *bias; // or NULL
@@ -135,10 +137,7 @@ __device__ inline float activation_slope(float z, bool silu)
 // (docs/benchmarks.md). Float32 storage keeps the slope to float32
 // accuracy. Scaling by 1/2 is exact, so the 16-bit taps and bias lose nothing either.
 constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
-template <typename T> __host__ __device__ constexpr float tap_scale()
-{
-    return sizeof(T) == 2 ? 0.5f : -kLog2e;
-}
+template <typename T> __host__ __device__ constexpr float tap_scale() { return sizeof(T) == 2 ? 0.5f : -kLog2e; }
 // SILU is a template parameter of the backward kernels: a select per step (and, without SiLU,
 // rebuilding z at all) is a measurable share of their instructions.
 template <typename T, bool SILU> __device__ inline float scaled_gradient(float zs, float dout)
@@ -316,11 +315,12 @@ __device__ inline void tensor_box_to_shared(void *shared, const CUtensorMap *map
                                             uint64_t *barrier)
 {
 #if TG_BULK_COPY
-    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n"
-                 "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%2], [%3, {%4, %5, %6}], [%0];\n" ::"r"(
-                     shared_address(barrier)),
-                 "r"(bytes), "r"(shared_address(shared)), "l"(map), "r"(c), "r"(t), "r"(b)
-                 : "memory");
+    asm volatile(
+        "mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n"
+        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%2], [%3, {%4, %5, %6}], [%0];\n" ::
+            "r"(shared_address(barrier)),
+        "r"(bytes), "r"(shared_address(shared)), "l"(map), "r"(c), "r"(t), "r"(b)
+        : "memory");
 #endif
 }
 
@@ -344,8 +344,10 @@ __device__ inline void tensor_box_from_shared(const CUtensorMap *map, int c, int
 template <bool written = false> __device__ inline void tensor_stores_wait()
 {
 #if TG_BULK_COPY
-    if (written) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
-    else asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+    if (written)
+        asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+    else
+        asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
 #endif
 }
 
@@ -399,7 +401,8 @@ template <typename T> __device__ inline uint4 pack16(const float *v)
     if constexpr (sizeof(T) == 4)
         return make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]), __float_as_uint(v[3]));
     else
-        return make_uint4(pack2(v[0], v[1], T()), pack2(v[2], v[3], T()), pack2(v[4], v[5], T()), pack2(v[6], v[7], T()));
+        return make_uint4(pack2(v[0], v[1], T()), pack2(v[2], v[3], T()), pack2(v[4], v[5], T()),
+                          pack2(v[6], v[7], T()));
 }
 
 // The last K−1 steps also get the final states' gradient: dfinal[j] is x[L − (K−1) + j]'s.

@@ -63,7 +63,7 @@ template <typename T, int KB> struct row_shape {
     // a constant, and nothing is rebuilt.
     __host__ __device__ static constexpr bool shares_slopes(bool silu) { return silu && sizeof(T) == 4 && KB == 16; }
     static constexpr int HV = (KB - 1 + V - 1) / V; // halo vectors (at least K−1 steps) on a side
-    static constexpr int H = HV * V;                 // halo steps on a side
+    static constexpr int H = HV * V;                // halo steps on a side
     // Shared memory of the staged backward for spans of ch steps in `rows` slots: per stage,
     // backward_stage's xn + dn.
     static size_t backward_bytes(int ch, int stages, int rows = 1)
@@ -150,33 +150,25 @@ template <int EPT> __device__ inline side_by_side_place side_by_side_place_of(in
 // keeps its kernels in an unnamed namespace (nvcc makes the launch stub of a kernel template
 // internal to its file anyway), so X<…> here is a pointer to the kernel X<…> there, got from
 // X_instance<…>(), which that file instantiates for each X<…> the launcher uses.
-template <typename T, int KB>
-auto row_fwd_direct_instance() -> void (*)(conv_args, row_plan);
-template <typename T, int KB>
-inline const auto row_fwd_direct = row_fwd_direct_instance<T, KB>();
+template <typename T, int KB> auto row_fwd_direct_instance() -> void (*)(conv_args, row_plan);
+template <typename T, int KB> inline const auto row_fwd_direct = row_fwd_direct_instance<T, KB>();
 
-template <typename T, int KB, int ROWS>
-auto row_fwd_direct_grouped_instance() -> void (*)(conv_args, bool);
+template <typename T, int KB, int ROWS> auto row_fwd_direct_grouped_instance() -> void (*)(conv_args, bool);
 template <typename T, int KB, int ROWS>
 inline const auto row_fwd_direct_grouped = row_fwd_direct_grouped_instance<T, KB, ROWS>();
 
-template <typename T, int KB>
-auto row_fwd_side_by_side_instance() -> void (*)(conv_args, int, bool);
-template <typename T, int KB>
-inline const auto row_fwd_side_by_side = row_fwd_side_by_side_instance<T, KB>();
+template <typename T, int KB> auto row_fwd_side_by_side_instance() -> void (*)(conv_args, int, bool);
+template <typename T, int KB> inline const auto row_fwd_side_by_side = row_fwd_side_by_side_instance<T, KB>();
 
-template <typename T, int KB, bool SILU>
-auto row_fwd_staged_instance() -> void (*)(conv_args, row_plan);
-template <typename T, int KB, bool SILU>
-inline const auto row_fwd_staged = row_fwd_staged_instance<T, KB, SILU>();
+template <typename T, int KB, bool SILU> auto row_fwd_staged_instance() -> void (*)(conv_args, row_plan);
+template <typename T, int KB, bool SILU> inline const auto row_fwd_staged = row_fwd_staged_instance<T, KB, SILU>();
 
 template <typename T, int KB, bool SILU, bool SIDE_BY_SIDE>
 auto row_bwd_instance() -> void (*)(conv_args, row_plan, float *);
 template <typename T, int KB, bool SILU, bool SIDE_BY_SIDE>
 inline const auto row_bwd = row_bwd_instance<T, KB, SILU, SIDE_BY_SIDE>();
 
-template <typename T, int KB, bool SILU>
-auto row_bwd_tensor_cores_instance() -> void (*)(conv_args, row_plan, float *);
+template <typename T, int KB, bool SILU> auto row_bwd_tensor_cores_instance() -> void (*)(conv_args, row_plan, float *);
 template <typename T, int KB, bool SILU>
 inline const auto row_bwd_tensor_cores = row_bwd_tensor_cores_instance<T, KB, SILU>();
 

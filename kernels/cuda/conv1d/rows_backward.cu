@@ -45,7 +45,10 @@ __device__ inline void stage_span(const conv_args &a, const t3 &v, bool vec_ok, 
         }
         for (int j = 0; j < V; j++) {
             const int64_t u = first + (int64_t)k * V + j;
-            const float value = u >= a.L ? 0.0f : u >= 0 ? tg_to_float(row[u]) : X_HISTORY ? history_at<T>(a, b, c, u) : 0.0f;
+            const float value = u >= a.L    ? 0.0f
+                                : u >= 0    ? tg_to_float(row[u])
+                                : X_HISTORY ? history_at<T>(a, b, c, u)
+                                            : 0.0f;
             dst[k * V + j] = tg_from_float<T>(value); // exact: the value came from a T
         }
     }
@@ -119,10 +122,10 @@ __device__ inline unsigned transposed(unsigned pair)
 template <int KB, bool SILU> struct tensor_core_backward {
     static constexpr bool kWide = tensor_core_z<KB>::kWide;
     tensor_core_z<KB> zt;
-    const uint4 *vops;           // the taps for dx as B operands, Vc and Vn (store_tap_operands)
-    float p[2][4], pp[2][4];     // P, Pp (per n-tile)
-    float g_sum;                 // Σ g over this lane's elements, for dbias
-    const float *wl;             // the taps in shared memory, for z after the warp's steps (kWide)
+    const uint4 *vops;       // the taps for dx as B operands, Vc and Vn (store_tap_operands)
+    float p[2][4], pp[2][4]; // P, Pp (per n-tile)
+    float g_sum;             // Σ g over this lane's elements, for dbias
+    const float *wl;         // the taps in shared memory, for z after the warp's steps (kWide)
 
     // taps: KB floats, ops: 128 words of shared memory, readable by every thread after the
     // caller's next barrier.
@@ -184,10 +187,13 @@ template <int KB, bool SILU> struct tensor_core_backward {
     // g on the first K − 1 steps after the warp's pass (the next warp's first, or the next
     // span's), which the warp's last segment needs for dx: the pairs (2q, 2q + 1) and, with
     // kWide, (2q + 8, 2q + 9) at every lane, rounded to bf16 as the tiles' are.
-    __device__ __forceinline__ void gradient_after(const __nv_bfloat16 *xe, const __nv_bfloat16 *de, unsigned (&ga)[2]) const
+    __device__ __forceinline__ void gradient_after(const __nv_bfloat16 *xe, const __nv_bfloat16 *de,
+                                                   unsigned (&ga)[2]) const
     {
-        if constexpr (kWide) gradient_after_by_lanes(xe, de, ga);
-        else ga[0] = gradient_after_on_tensor_cores(xe, de);
+        if constexpr (kWide)
+            gradient_after_by_lanes(xe, de, ga);
+        else
+            ga[0] = gradient_after_on_tensor_cores(xe, de);
     }
 
     // Without kWide the 8 steps after the warp are z's row of a product like a tile's: each of
@@ -195,7 +201,8 @@ template <int KB, bool SILU> struct tensor_core_backward {
     // before them, so each of the result's rows 0–7 holds z at the pairs (2q, 2q + 1). One
     // ldmatrix and two products, where the sum in gradient_after_by_lanes took ~50
     // instructions per pass.
-    __device__ __forceinline__ unsigned gradient_after_on_tensor_cores(const __nv_bfloat16 *xe, const __nv_bfloat16 *de) const
+    __device__ __forceinline__ unsigned gradient_after_on_tensor_cores(const __nv_bfloat16 *xe,
+                                                                       const __nv_bfloat16 *de) const
     {
         const int q = threadIdx.x % 4;
         float d0, d1;
@@ -236,13 +243,15 @@ template <int KB, bool SILU> struct tensor_core_backward {
             }
         }
         ga[0] = pack2(__shfl_sync(~0u, gs, 2 * q), __shfl_sync(~0u, gs, 2 * q + 1), __nv_bfloat16());
-        if constexpr (kWide) ga[1] = pack2(__shfl_sync(~0u, gs, 2 * q + 8), __shfl_sync(~0u, gs, 2 * q + 9), __nv_bfloat16());
+        if constexpr (kWide)
+            ga[1] = pack2(__shfl_sync(~0u, gs, 2 * q + 8), __shfl_sync(~0u, gs, 2 * q + 9), __nv_bfloat16());
     }
 
     // dx += G·Vc + Gn·Vn on one tile. Gn's rows gr + 1 come from lane + 4; the last row group
     // takes row 8 from lane q's second register and row 16 from `next`, the pairs of the row
     // after the tile (at every lane, for its q).
-    __device__ __forceinline__ void input_gradient_tile(const unsigned (&gr)[4], const unsigned (&next)[2], float (&dx)[2][4]) const
+    __device__ __forceinline__ void input_gradient_tile(const unsigned (&gr)[4], const unsigned (&next)[2],
+                                                        float (&dx)[2][4]) const
     {
         const int lane = threadIdx.x % 32, q = lane % 4;
         const bool last_rows = lane / 4 == 7;
@@ -321,8 +330,8 @@ template <int KB, bool SILU> struct tensor_core_backward {
 // order) and writes them to the workspace, or, with a.final_grads (the block took its
 // channel's whole list), as dw[c, K − 1 − i] and dbias[c] themselves.
 template <int N>
-__device__ inline void write_block_sums(const conv_args &a, float (&partial)[N], float *ws, int64_t parts,
-                                                   int64_t part, int64_t c)
+__device__ inline void write_block_sums(const conv_args &a, float (&partial)[N], float *ws, int64_t parts, int64_t part,
+                                        int64_t c)
 {
     __shared__ float warp_sums[kBlock / 32][kMaxK + 1];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -338,8 +347,10 @@ __device__ inline void write_block_sums(const conv_args &a, float (&partial)[N],
         const int i = threadIdx.x;
         float sum = 0.0f;
         for (int w = 0; w < (int)(blockDim.x / 32); w++) sum += warp_sums[w][i];
-        if (!a.final_grads) partial_to_workspace(ws, parts, part, c, N, i, sum);
-        else if (a.grads.wanted(i)) a.grads.store(c, i, sum);
+        if (!a.final_grads)
+            partial_to_workspace(ws, parts, part, c, N, i, sum);
+        else if (a.grads.wanted(i))
+            a.grads.store(c, i, sum);
     }
 }
 
@@ -364,11 +375,11 @@ template <typename T, int KB, int STAGES, bool SIDE_BY_SIDE = false> struct back
     __device__ backward_stage(const conv_args &a_, const row_plan &plan_, int64_t c_, uint64_t *ready_)
         : a(a_), plan(plan_), c(c_), ch(plan_.chunk_len), pitch(SIDE_BY_SIDE ? (int)a_.L + H : 0),
           xn(SIDE_BY_SIDE ? plan_.rows_per_span * pitch + H : ch + 2 * H),
-          dn(SIDE_BY_SIDE ? plan_.rows_per_span * pitch : ch + H),
-          xs((T *)row_stage_memory), ds(xs + STAGES * xn), ready(ready_)
+          dn(SIDE_BY_SIDE ? plan_.rows_per_span * pitch : ch + H), xs((T *)row_stage_memory), ds(xs + STAGES * xn),
+          ready(ready_)
     {
     }
-    __device__ const T *x(int buf) const { return xs + buf * xn; } // from the span's first step − H
+    __device__ const T *x(int buf) const { return xs + buf * xn; }    // from the span's first step − H
     __device__ const T *dout(int buf) const { return ds + buf * dn; } // from the span's first step
     // Once per block, before the first span is computed (visible after walk_spans' barrier):
     // the zeros around each buffer's rows when every span is whole rows. Bulk copies never
@@ -386,8 +397,9 @@ template <typename T, int KB, int STAGES, bool SIDE_BY_SIDE = false> struct back
             for (int e = first; e < STAGES * per_stage; e += blockDim.x) {
                 const int buf = e / per_stage, k = e % per_stage - G;
                 T *at = k < 0 ? xs + buf * xn + (k + G) * V
-                        : k < G * plan.rows_per_span ? xs + buf * xn + (k / G + 1) * pitch + k % G * V
-                                                     : ds + buf * dn + (k / G - plan.rows_per_span) * pitch + L + k % G * V;
+                        : k < G * plan.rows_per_span
+                            ? xs + buf * xn + (k / G + 1) * pitch + k % G * V
+                            : ds + buf * dn + (k / G - plan.rows_per_span) * pitch + L + k % G * V;
                 *(uint4 *)at = make_uint4(0, 0, 0, 0);
             }
         } else { // H before the row, the rest of x's and dout's buffers after it
@@ -395,7 +407,7 @@ template <typename T, int KB, int STAGES, bool SIDE_BY_SIDE = false> struct back
             const int per_stage = x_before + x_after + d_after;
             for (int e = first; e < STAGES * per_stage; e += blockDim.x) {
                 const int buf = e / per_stage, k = e % per_stage;
-                T *at = k < x_before ? xs + buf * xn + k * V
+                T *at = k < x_before             ? xs + buf * xn + k * V
                         : k < x_before + x_after ? xs + buf * xn + H + L + (k - x_before) * V
                                                  : ds + buf * dn + L + (k - x_before - x_after) * V;
                 *(uint4 *)at = make_uint4(0, 0, 0, 0);
@@ -404,8 +416,10 @@ template <typename T, int KB, int STAGES, bool SIDE_BY_SIDE = false> struct back
     }
     __device__ void operator()(row_span span, int buf) const
     {
-        if constexpr (SIDE_BY_SIDE) stage_rows(span, buf);
-        else stage_one_row(span, buf);
+        if constexpr (SIDE_BY_SIDE)
+            stage_rows(span, buf);
+        else
+            stage_one_row(span, buf);
     }
 
   private:
@@ -444,7 +458,8 @@ template <typename T, int KB, int STAGES, bool SIDE_BY_SIDE = false> struct back
         }
 #else // built for an older GPU: the threads stage each row and its zeros as a span
         for (int r = 0; r < plan.rows_per_span && span.b + r < a.B; r++) {
-            stage_span<T, true>(a, a.x, plan.vec_x, span.b + r, c, -H, pitch + H, xs + buf * xn + r * pitch, &ready[buf]);
+            stage_span<T, true>(a, a.x, plan.vec_x, span.b + r, c, -H, pitch + H, xs + buf * xn + r * pitch,
+                                &ready[buf]);
             stage_span<T, false>(a, a.y, plan.vec_y, span.b + r, c, 0, pitch, ds + buf * dn + r * pitch, &ready[buf]);
         }
 #endif
@@ -591,8 +606,8 @@ __global__ void __launch_bounds__(kBlock, 4) row_bwd_tensor_cores(conv_args a, r
     auto compute = [&](row_span span, int buf) {
         const int64_t t_first = (int64_t)span.index * plan.chunk_len + warp_first;
         if (t_first >= a.L) return; // uniform across the warp
-        tc.template pass<kTensorCoreTiles>(a, plan, stage.x(buf) + H + warp_first, stage.dout(buf) + warp_first,
-                                           span.b, run.c, t_first, final_from);
+        tc.template pass<kTensorCoreTiles>(a, plan, stage.x(buf) + H + warp_first, stage.dout(buf) + warp_first, span.b,
+                                           run.c, t_first, final_from);
     };
     auto setup = [&] {
         stage.zero_row_edges();
@@ -674,8 +689,7 @@ template auto row_bwd_instance<__half, 16, false, true>() -> void (*)(conv_args,
 template auto row_bwd_instance<__half, 16, true, false>() -> void (*)(conv_args, row_plan, float *);
 template auto row_bwd_instance<__half, 16, true, true>() -> void (*)(conv_args, row_plan, float *);
 
-template <typename T, int KB, bool SILU>
-auto row_bwd_tensor_cores_instance() -> void (*)(conv_args, row_plan, float *)
+template <typename T, int KB, bool SILU> auto row_bwd_tensor_cores_instance() -> void (*)(conv_args, row_plan, float *)
 {
     return ::row_bwd_tensor_cores<T, KB, SILU>;
 }

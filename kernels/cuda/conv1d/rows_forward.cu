@@ -49,7 +49,7 @@ __device__ inline void left_halo(const conv_args &a, const T *x, bool vec_x, int
         const int q = (m + EPT - 1) / EPT; // step t0 − m is in lane − q's window, at EPT·q − m
         float v = __shfl_up_sync(0xffffffffu, body[EPT * q - m], q);
         if (lane < q)
-            v = vectors          ? before[NV * V - m]
+            v = vectors         ? before[NV * V - m]
                 : t0 - m >= a.L ? 0.0f
                 : t0 - m >= 0   ? tg_to_float(x[t0 - m])
                                 : history_at<T>(a, b, c, t0 - m);
@@ -148,7 +148,7 @@ __device__ inline void row_fwd_direct_rows(const conv_args &a, bool vec_y, int64
 #pragma unroll 1
     for (int r = 0; r < ROWS; r++) {
         const int64_t b = first_b + r;
-        if (b >= a.B) break; // uniform across the block
+        if (b >= a.B) break;     // uniform across the block
         float win[KB - 1 + EPT]; // x[t0 − (KB−1)] … x[t0 + EPT − 1]
 #pragma unroll
         for (int q = 0; q < EPT / V; q++) unpack16<T>(ahead[q], win + KB - 1 + q * V);
@@ -187,8 +187,8 @@ template <int KB> constexpr int grouped_forward_min_blocks() { return KB <= 4 ? 
 // (load_taps) and the halo by aligned_left_halo, the forward measured faster on the short
 // rows (docs/benchmarks.md).
 template <typename T, int KB, int ROWS>
-__global__ void __launch_bounds__(kBlock, grouped_forward_min_blocks<KB>()) row_fwd_direct_grouped(conv_args a,
-                                                                                                 bool vec_y)
+__global__ void __launch_bounds__(kBlock, grouped_forward_min_blocks<KB>())
+    row_fwd_direct_grouped(conv_args a, bool vec_y)
 {
     const int64_t c = blockIdx.x, first_b = (int64_t)blockIdx.y * ROWS;
     float wl[KB];
@@ -204,8 +204,8 @@ __global__ void __launch_bounds__(kBlock, grouped_forward_min_blocks<KB>()) row_
 // the shortest rows it measured much faster than rows one to a block or in turn
 // (docs/benchmarks.md).
 template <typename T, int KB>
-__global__ void __launch_bounds__(kBlock, grouped_forward_min_blocks<KB>()) row_fwd_side_by_side(conv_args a, int rows,
-                                                                                                bool vec_y)
+__global__ void __launch_bounds__(kBlock, grouped_forward_min_blocks<KB>())
+    row_fwd_side_by_side(conv_args a, int rows, bool vec_y)
 {
     constexpr int EPT = row_ept<T>(), V = vec_width<T>();
     const int64_t c = blockIdx.x;
@@ -274,9 +274,9 @@ __device__ inline void stage_span_alone(const conv_args &a, int64_t b, int64_t c
 // once the span is in; setup() while the first spans are in flight. Buffer uses are counted
 // per buffer, so the n-th use of a buffer waits for parity n & 1 of its barriers.
 template <typename Stage, typename Setup, typename Compute>
-__device__ inline void walk_spans_pipelined(const row_run &run, const row_plan &plan,
-                                            uint64_t (&ready)[kForwardStages], uint64_t (&consumed)[kForwardStages],
-                                            Stage stage, Setup setup, Compute compute)
+__device__ inline void walk_spans_pipelined(const row_run &run, const row_plan &plan, uint64_t (&ready)[kForwardStages],
+                                            uint64_t (&consumed)[kForwardStages], Stage stage, Setup setup,
+                                            Compute compute)
 {
     const int spans = (int)plan.spans;
     row_span current(spans, 1, run.first), ahead = current;
@@ -354,7 +354,8 @@ __global__ void __launch_bounds__(kBlock) row_fwd_staged(conv_args a, row_plan p
                 store_tile(out, a.L, pairs, t_first + 256 * mt, z, [](int64_t, float v) { return v; });
             }
         };
-        walk_spans_pipelined(run, plan, ready, consumed, stage, [&] { zt.setup(a, c, ops); }, compute);
+        walk_spans_pipelined(
+            run, plan, ready, consumed, stage, [&] { zt.setup(a, c, ops); }, compute);
         return;
     }
     float wl[KB];
@@ -369,15 +370,15 @@ __global__ void __launch_bounds__(kBlock) row_fwd_staged(conv_args a, row_plan p
         forward_window<KB, EPT>(wl, bias, xw, SILU, out);
         store_row<T, EPT>(row_of<T>(a.y, span.b, c), plan.vec_y, a.L, t0, out);
     };
-    walk_spans_pipelined(run, plan, ready, consumed, stage, [&] { bias = load_taps<T, KB>(a, c, wl); }, compute);
+    walk_spans_pipelined(
+        run, plan, ready, consumed, stage, [&] { bias = load_taps<T, KB>(a, c, wl); }, compute);
 }
 
 } // namespace
 
 namespace tg_conv1d {
 
-template <typename T, int KB>
-auto row_fwd_direct_instance() -> void (*)(conv_args, row_plan)
+template <typename T, int KB> auto row_fwd_direct_instance() -> void (*)(conv_args, row_plan)
 {
     return ::row_fwd_direct<T, KB>;
 }
@@ -397,8 +398,7 @@ template auto row_fwd_direct_instance<__half, 4>() -> void (*)(conv_args, row_pl
 template auto row_fwd_direct_instance<__half, 8>() -> void (*)(conv_args, row_plan);
 template auto row_fwd_direct_instance<__half, 16>() -> void (*)(conv_args, row_plan);
 
-template <typename T, int KB, int ROWS>
-auto row_fwd_direct_grouped_instance() -> void (*)(conv_args, bool)
+template <typename T, int KB, int ROWS> auto row_fwd_direct_grouped_instance() -> void (*)(conv_args, bool)
 {
     return ::row_fwd_direct_grouped<T, KB, ROWS>;
 }
@@ -411,8 +411,7 @@ template auto row_fwd_direct_grouped_instance<__half, 4, 2>() -> void (*)(conv_a
 template auto row_fwd_direct_grouped_instance<__half, 8, 4>() -> void (*)(conv_args, bool);
 template auto row_fwd_direct_grouped_instance<__half, 16, 4>() -> void (*)(conv_args, bool);
 
-template <typename T, int KB>
-auto row_fwd_side_by_side_instance() -> void (*)(conv_args, int, bool)
+template <typename T, int KB> auto row_fwd_side_by_side_instance() -> void (*)(conv_args, int, bool)
 {
     return ::row_fwd_side_by_side<T, KB>;
 }
@@ -431,8 +430,7 @@ template auto row_fwd_side_by_side_instance<__half, 4>() -> void (*)(conv_args, 
 template auto row_fwd_side_by_side_instance<__half, 8>() -> void (*)(conv_args, int, bool);
 template auto row_fwd_side_by_side_instance<__half, 16>() -> void (*)(conv_args, int, bool);
 
-template <typename T, int KB, bool SILU>
-auto row_fwd_staged_instance() -> void (*)(conv_args, row_plan)
+template <typename T, int KB, bool SILU> auto row_fwd_staged_instance() -> void (*)(conv_args, row_plan)
 {
     return ::row_fwd_staged<T, KB, SILU>;
 }

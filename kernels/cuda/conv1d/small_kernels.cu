@@ -29,7 +29,8 @@ template <typename T> __global__ void initial_grad_kernel(conv_args a, t3 diniti
             int64_t t = j - (a.K - 1) + i; // output step that reads xe[j] through look-back i
             if (t < 0 || t >= a.L) continue;
             float z = bias;
-            for (int k = 0; k < a.K; k++) z += (float)tg_load_raw(a.w, a.dtype, c * a.ws0 + (a.K - 1 - k) * a.ws1) * x_at<T>(a, b, c, t - k);
+            for (int k = 0; k < a.K; k++)
+                z += (float)tg_load_raw(a.w, a.dtype, c * a.ws0 + (a.K - 1 - k) * a.ws1) * x_at<T>(a, b, c, t - k);
             float g = ld<T>(a.y, b, c, t) * activation_slope(z, a.silu);
             d += (float)tg_load_raw(a.w, a.dtype, c * a.ws0 + (a.K - 1 - i) * a.ws1) * g;
         }
@@ -83,8 +84,7 @@ namespace tg_conv1d {
 // Threads sum_partials_kernel takes for C channels' KB + 1 outputs.
 int64_t sum_partials_threads(int64_t parts, int64_t C, int KB) { return (parts <= kFewParts ? 1 : 32) * C * (KB + 1); }
 
-template <typename T>
-auto final_states_kernel_instance() -> void (*)(conv_args, t3)
+template <typename T> auto final_states_kernel_instance() -> void (*)(conv_args, t3)
 {
     return ::final_states_kernel<T>;
 }
@@ -92,8 +92,7 @@ template auto final_states_kernel_instance<float>() -> void (*)(conv_args, t3);
 template auto final_states_kernel_instance<__nv_bfloat16>() -> void (*)(conv_args, t3);
 template auto final_states_kernel_instance<__half>() -> void (*)(conv_args, t3);
 
-template <typename T>
-auto initial_grad_kernel_instance() -> void (*)(conv_args, t3)
+template <typename T> auto initial_grad_kernel_instance() -> void (*)(conv_args, t3)
 {
     return ::initial_grad_kernel<T>;
 }

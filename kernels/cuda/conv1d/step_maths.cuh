@@ -51,7 +51,8 @@ __device__ inline void step_gradient(const float (&wl)[CPT][KB], const float (&b
 
 // dw's lag sums and dbias gain step t's terms: partial[q][i] += g·x[t − i], partial[q][KB] += g.
 template <int KB, int CPT>
-__device__ inline void add_step_partials(const float (&g)[CPT], const float (&win)[KB][CPT], float (&partial)[CPT][KB + 1])
+__device__ inline void add_step_partials(const float (&g)[CPT], const float (&win)[KB][CPT],
+                                         float (&partial)[CPT][KB + 1])
 {
 #pragma unroll
     for (int q = 0; q < CPT; q++) {

@@ -25,8 +25,8 @@ template <typename T, int KB> __host__ __device__ constexpr int stream_forward_b
 
 // CPT neighbouring values of T as one machine word (the unit a stream thread reads and writes).
 template <typename T, int CPT>
-using channel_word = std::conditional_t<sizeof(T) * CPT == 8, uint2,
-                                        std::conditional_t<sizeof(T) * CPT == 4, unsigned, unsigned short>>;
+using channel_word =
+    std::conditional_t<sizeof(T) * CPT == 8, uint2, std::conditional_t<sizeof(T) * CPT == 4, unsigned, unsigned short>>;
 
 template <typename T, int CPT> __device__ inline void unpack_word(channel_word<T, CPT> w, float (&v)[CPT])
 {
@@ -49,12 +49,18 @@ template <typename T, int CPT> __device__ inline void unpack_word(channel_word<T
 
 template <typename T, int CPT> __device__ inline channel_word<T, CPT> pack_word(const float (&v)[CPT])
 {
-    if constexpr (sizeof(T) == 4 && CPT == 2) return make_uint2(__float_as_uint(v[0]), __float_as_uint(v[1]));
-    else if constexpr (sizeof(T) == 4) return __float_as_uint(v[0]);
-    else if constexpr (CPT == 4) return make_uint2(pack2(v[0], v[1], T()), pack2(v[2], v[3], T()));
-    else if constexpr (CPT == 2) return pack2(v[0], v[1], T());
-    else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat16_as_ushort(__float2bfloat16_rn(v[0]));
-    else return __half_as_ushort(__float2half_rn(v[0]));
+    if constexpr (sizeof(T) == 4 && CPT == 2)
+        return make_uint2(__float_as_uint(v[0]), __float_as_uint(v[1]));
+    else if constexpr (sizeof(T) == 4)
+        return __float_as_uint(v[0]);
+    else if constexpr (CPT == 4)
+        return make_uint2(pack2(v[0], v[1], T()), pack2(v[2], v[3], T()));
+    else if constexpr (CPT == 2)
+        return pack2(v[0], v[1], T());
+    else if constexpr (std::is_same_v<T, __nv_bfloat16>)
+        return __bfloat16_as_ushort(__float2bfloat16_rn(v[0]));
+    else
+        return __half_as_ushort(__float2half_rn(v[0]));
 }
 
 // The thread's taps and bias (a thread past C takes the last channel's: it writes nothing).
@@ -91,8 +97,7 @@ __device__ inline void stream_window_start(const conv_args &a, const stream_plac
 #pragma unroll
     for (int j = 0; j < KB - 1; j++)
 #pragma unroll
-        for (int q = 0; q < CPT; q++)
-            win[j + 1][q] = p.inside_c ? x_at<T>(a, p.b, p.c + q, p.t0 - (KB - 1) + j) : 0.0f;
+        for (int q = 0; q < CPT; q++) win[j + 1][q] = p.inside_c ? x_at<T>(a, p.b, p.c + q, p.t0 - (KB - 1) + j) : 0.0f;
 }
 
 // A lane's share of the copies that fill a warp's ring with one tensor: U steps of the warp's
@@ -241,8 +246,10 @@ __device__ inline void stream_walk(int64_t t0, int64_t last, int64_t L, int64_t 
         if (ahead < chunks) issue(ahead, ahead % RING, ahead < whole);
         copies_commit();
         const int slot = k % RING;
-        if (k >= unchecked_first && k < unchecked_end_chunk) compute(std::true_type(), k, slot);
-        else compute(std::false_type(), k, slot);
+        if (k >= unchecked_first && k < unchecked_end_chunk)
+            compute(std::true_type(), k, slot);
+        else
+            compute(std::false_type(), k, slot);
     }
 }
 
@@ -265,8 +272,10 @@ __global__ void __launch_bounds__(kBlock, stream_forward_blocks<T, KB>()) stream
     const stream_stores<T, CPT> y_stores(a.y);
     constexpr bool STAGED = stream_stores<T, CPT>::PAYS;
     auto issue = [&](int k, int slot, bool whole) {
-        if (whole) x_copies.issue_whole(a.x, slot);
-        else x_copies.issue_part(a, a.x, p.t0 + (int64_t)k * U, slot);
+        if (whole)
+            x_copies.issue_whole(a.x, slot);
+        else
+            x_copies.issue_part(a, a.x, p.t0 + (int64_t)k * U, slot);
     };
     auto compute = [&](auto unchecked, int k, int slot) {
         constexpr bool CHECKED = !decltype(unchecked)::value;
@@ -277,7 +286,8 @@ __global__ void __launch_bounds__(kBlock, stream_forward_blocks<T, KB>()) stream
             unpack_word<T, CPT>(stream_word<T, CPT, CHECKED>(a, slots[slot], t, r), win[KB - 1]);
             float o[CPT];
             step_outputs(wl, bias, win, a.silu, o);
-            if (!CHECKED && STAGED) y_stores.stage(slots[slot], r, pack_word<T, CPT>(o));
+            if (!CHECKED && STAGED)
+                y_stores.stage(slots[slot], r, pack_word<T, CPT>(o));
             else if (!CHECKED || (p.inside_c && t + r < p.end))
                 *(channel_word<T, CPT> *)(y_at + r * y_step) = pack_word<T, CPT>(o);
         }
@@ -310,7 +320,7 @@ __global__ void __launch_bounds__(kBlock, kStreamBackwardBlocks) stream_bwd(conv
     for (int q = 0; q < CPT; q++)
 #pragma unroll
         for (int i = 0; i <= KB; i++) partial[q][i] = 0.0f;
-    if (p.t0 < a.L && p.c0 < a.C) { // the whole warp
+    if (p.t0 < a.L && p.c0 < a.C) {   // the whole warp
         float wl[CPT][KB], bias[CPT]; // scaled by tap_scale, as in row_bwd
         stream_taps<T, KB, CPT, true>(a, p, wl, bias);
         float win[KB][CPT], gw[KB][CPT]; // win[KB−1−i] = x[t − i], gw[KB−1−i] = g[t − i]
@@ -386,8 +396,10 @@ __global__ void __launch_bounds__(kBlock, kStreamBackwardBlocks) stream_bwd(conv
 #pragma unroll
                         for (int q = 0; q < CPT; q++) d[q] += ld<T>(a.dfinal, p.b, p.c + q, u - final_from);
                 }
-                if (!CHECKED && STAGED) dx_stores.stage(x_slots[slot], r, pack_word<T, CPT>(d)); // over x[t + r], read above
-                else *(channel_word<T, CPT> *)(dx_at + r * dx_step) = pack_word<T, CPT>(d);
+                if (!CHECKED && STAGED)
+                    dx_stores.stage(x_slots[slot], r, pack_word<T, CPT>(d)); // over x[t + r], read above
+                else
+                    *(channel_word<T, CPT> *)(dx_at + r * dx_step) = pack_word<T, CPT>(d);
             }
             if (!CHECKED && STAGED) dx_stores.store(a.dx, x_slots[slot], dx_at);
             dx_at += U * dx_step;
@@ -395,7 +407,9 @@ __global__ void __launch_bounds__(kBlock, kStreamBackwardBlocks) stream_bwd(conv
         // Unchecked: chunks whose steps are all the segment's own, each with a whole dx (from
         // t0 + KB − 1 on) away from the final states.
         const bool unchecked_allowed = stream_unchecked_allowed<T, CPT>(a, p, plan);
-        const int64_t unchecked_end = !unchecked_allowed ? p.t0 : p.end < final_from + KB - 1 ? p.end : final_from + KB - 1;
+        const int64_t unchecked_end = !unchecked_allowed            ? p.t0
+                                      : p.end < final_from + KB - 1 ? p.end
+                                                                    : final_from + KB - 1;
         auto start = [&] { stream_window_start<T, KB, CPT>(a, p, win); };
         stream_walk<U, RING>(p.t0, p.end + KB - 1, a.L, p.t0 + KB - 1, unchecked_end, issue, start, compute);
     }
@@ -428,8 +442,7 @@ __global__ void __launch_bounds__(kBlock, kStreamBackwardBlocks) stream_bwd(conv
 
 namespace tg_conv1d {
 
-template <typename T, int KB>
-auto stream_fwd_instance() -> void (*)(conv_args, stream_plan)
+template <typename T, int KB> auto stream_fwd_instance() -> void (*)(conv_args, stream_plan)
 {
     return ::stream_fwd<T, KB>;
 }
@@ -447,8 +460,7 @@ template auto stream_fwd_instance<__half, 3>() -> void (*)(conv_args, stream_pla
 template auto stream_fwd_instance<__half, 4>() -> void (*)(conv_args, stream_plan);
 template auto stream_fwd_instance<__half, 8>() -> void (*)(conv_args, stream_plan);
 
-template <typename T, int KB, bool SILU>
-auto stream_bwd_instance() -> void (*)(conv_args, stream_plan, float *)
+template <typename T, int KB, bool SILU> auto stream_bwd_instance() -> void (*)(conv_args, stream_plan, float *)
 {
     return ::stream_bwd<T, KB, SILU>;
 }

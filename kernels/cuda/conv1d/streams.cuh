@@ -18,13 +18,13 @@ template <typename T, int KB> __host__ __device__ constexpr int stream_backward_
 
 template <typename T, int CPT_> struct stream_shape {
     static constexpr int CPT = CPT_;
-    static constexpr int WORD = CPT * (int)sizeof(T);  // bytes of one step a thread reads
+    static constexpr int WORD = CPT * (int)sizeof(T); // bytes of one step a thread reads
     static_assert(WORD == 2 || WORD == 4 || WORD == 8, "a channel word (channel_word) is 2, 4 or 8 bytes");
-    static constexpr int ROW = 32 * WORD;              // bytes of one step a warp reads (64–256)
-    static constexpr int U = 1024 / ROW;               // steps per chunk: 1 KB of each tensor
-    static constexpr int SLOT = U * ROW;               // bytes of one chunk
-    static constexpr int CHANNELS = 32 * CPT;          // channels per block: one warp's width
-    static constexpr int LANES = kBlock / 32;          // warps per block, each its own segment
+    static constexpr int ROW = 32 * WORD;     // bytes of one step a warp reads (64–256)
+    static constexpr int U = 1024 / ROW;      // steps per chunk: 1 KB of each tensor
+    static constexpr int SLOT = U * ROW;      // bytes of one chunk
+    static constexpr int CHANNELS = 32 * CPT; // channels per block: one warp's width
+    static constexpr int LANES = kBlock / 32; // warps per block, each its own segment
 };
 
 // Chunks in a stream kernel's ring: four, three in flight while one is computed. The backward
@@ -93,15 +93,11 @@ __device__ inline stream_place stream_place_of(const conv_args &a, const stream_
 // unnamed namespace (nvcc makes the launch stub of a kernel template internal to its file
 // anyway), so X<…> here is a pointer to the kernel X<…> there, got from X_instance<…>(), which
 // that file instantiates for each X<…> the launcher uses.
-template <typename T, int KB>
-auto stream_fwd_instance() -> void (*)(conv_args, stream_plan);
-template <typename T, int KB>
-inline const auto stream_fwd = stream_fwd_instance<T, KB>();
+template <typename T, int KB> auto stream_fwd_instance() -> void (*)(conv_args, stream_plan);
+template <typename T, int KB> inline const auto stream_fwd = stream_fwd_instance<T, KB>();
 
-template <typename T, int KB, bool SILU>
-auto stream_bwd_instance() -> void (*)(conv_args, stream_plan, float *);
-template <typename T, int KB, bool SILU>
-inline const auto stream_bwd = stream_bwd_instance<T, KB, SILU>();
+template <typename T, int KB, bool SILU> auto stream_bwd_instance() -> void (*)(conv_args, stream_plan, float *);
+template <typename T, int KB, bool SILU> inline const auto stream_bwd = stream_bwd_instance<T, KB, SILU>();
 
 } // namespace tg_conv1d
 

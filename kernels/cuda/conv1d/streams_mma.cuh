@@ -9,13 +9,13 @@
 namespace tg_conv1d {
 
 struct mma_stream_shape {
-    static constexpr int CHANNELS = 32;                 // a warp's channels (64-byte rows)
-    static constexpr int PIECES = 4;                    // 16-byte pieces of a row, 8 channels each
-    static constexpr int ROW = 64;                      // bytes of a staged row
-    static constexpr int TILE = 128;                    // steps per tile: 16 blocks of 8
-    static constexpr int HALO = 16;                     // rows before a tile that its windows reach
-    static constexpr int SLOT = (HALO + TILE) * ROW;    // bytes of one slot of the ring
-    static constexpr int RING = 3;                      // slots per warp
+    static constexpr int CHANNELS = 32;              // a warp's channels (64-byte rows)
+    static constexpr int PIECES = 4;                 // 16-byte pieces of a row, 8 channels each
+    static constexpr int ROW = 64;                   // bytes of a staged row
+    static constexpr int TILE = 128;                 // steps per tile: 16 blocks of 8
+    static constexpr int HALO = 16;                  // rows before a tile that its windows reach
+    static constexpr int SLOT = (HALO + TILE) * ROW; // bytes of one slot of the ring
+    static constexpr int RING = 3;                   // slots per warp
     static constexpr int WARP_BYTES = RING * SLOT;
     static constexpr int BARRIERS = RING * (int)sizeof(uint64_t); // per warp: a tile's arrival per slot
     static constexpr int ALIGNMENT = 512; // the tensor copies' 64-byte swizzle follows address bits 4–8
@@ -118,16 +118,16 @@ __device__ inline step_pair_rows step_pair_rows_of(int g, int q)
 }
 
 struct mma_backward_shape {
-    static constexpr int CHANNELS = 32;               // a block's channels: 64-byte rows
-    static constexpr int ROW = 64;                    // bytes of a staged row
-    static constexpr int TILE = 128;                  // steps per tile: 16 blocks of 8
-    static constexpr int LAG = 16;                    // steps by which a tile's dx trails its g
-    static constexpr int SLOTS = 4;                   // tiles a ring holds
-    static constexpr int RING_ROWS = SLOTS * TILE;    // a power of two: ring rows wrap by a mask
-    static constexpr int RING = RING_ROWS * ROW;      // bytes of one ring (x or dout)
+    static constexpr int CHANNELS = 32;            // a block's channels: 64-byte rows
+    static constexpr int ROW = 64;                 // bytes of a staged row
+    static constexpr int TILE = 128;               // steps per tile: 16 blocks of 8
+    static constexpr int LAG = 16;                 // steps by which a tile's dx trails its g
+    static constexpr int SLOTS = 4;                // tiles a ring holds
+    static constexpr int RING_ROWS = SLOTS * TILE; // a power of two: ring rows wrap by a mask
+    static constexpr int RING = RING_ROWS * ROW;   // bytes of one ring (x or dout)
     static constexpr int TABLES = 2 * CHANNELS * kTapPairStride * (int)sizeof(unsigned); // two tables of tap pairs
     static constexpr int SUMS = CHANNELS * 32 * 5 * (int)sizeof(float); // each lane's dw and dbias sums
-    static constexpr int BARRIERS = SLOTS * (int)sizeof(uint64_t); // a tile's arrival per slot (tensor copies)
+    static constexpr int BARRIERS = SLOTS * (int)sizeof(uint64_t);      // a tile's arrival per slot (tensor copies)
     static constexpr int ALIGNMENT = 512; // the tensor copies' 64-byte swizzle follows address bits 4–8
     static constexpr int BLOCK_BYTES = 2 * RING + TABLES + SUMS + CHANNELS * (int)sizeof(float) + BARRIERS + ALIGNMENT;
 };
@@ -147,13 +147,12 @@ struct mma_backward_plan {
 // uses.
 template <typename T, bool SILU>
 auto stream_fwd_mma_instance() -> void (*)(conv_args, stream_plan, CUtensorMap, CUtensorMap, bool);
-template <typename T, bool SILU>
-inline const auto stream_fwd_mma = stream_fwd_mma_instance<T, SILU>();
+template <typename T, bool SILU> inline const auto stream_fwd_mma = stream_fwd_mma_instance<T, SILU>();
 
 template <bool SILU>
-auto stream_bwd_mma_instance() -> void (*)(conv_args, mma_backward_plan, float *, CUtensorMap, CUtensorMap, CUtensorMap);
-template <bool SILU>
-inline const auto stream_bwd_mma = stream_bwd_mma_instance<SILU>();
+auto stream_bwd_mma_instance()
+    -> void (*)(conv_args, mma_backward_plan, float *, CUtensorMap, CUtensorMap, CUtensorMap);
+template <bool SILU> inline const auto stream_bwd_mma = stream_bwd_mma_instance<SILU>();
 
 } // namespace tg_conv1d
 

@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(kBlock, 2)
     float2 *bias_sums = (float2 *)(d_ring + M::RING + M::TABLES + M::CHANNELS * 32 * 16) + warp * 4 * 32; // [m][lane]
     float *bias = (float *)(d_ring + M::RING + M::TABLES + M::SUMS);
     uint64_t *slot_arrivals = (uint64_t *)(bias + M::CHANNELS); // [slot]: tile k's tensor copies, phase k / SLOTS
-    const bool warp_inside = c0 + 8 * warp < a.C; // this warp's piece has channels
+    const bool warp_inside = c0 + 8 * warp < a.C;               // this warp's piece has channels
 
     // The taps' tables: threads 0–31 write the forward's pairs of channel `lane` (P[k] = w′[k − 8]
     // as in stream_fwd_mma), threads 32–63 the mirrored product's (P[k] = wl[k − 8]), both
@@ -111,7 +111,8 @@ __global__ void __launch_bounds__(kBlock, 2)
             padded[k] = k >= 8 && k < 24 ? scaled_tap_bits(a, c, mirror ? k - 8 : 23 - k) : 0;
         write_tap_pairs(mirror ? mirror_table : forward_table, lane, padded);
         if (!mirror)
-            bias[lane] = a.bias && c0 + lane < a.C ? tap_scale<T>() * tg_to_float(((const T *)a.bias)[c * a.bs0]) : 0.0f;
+            bias[lane] =
+                a.bias && c0 + lane < a.C ? tap_scale<T>() * tg_to_float(((const T *)a.bias)[c * a.bs0]) : 0.0f;
     }
     if (TG_BULK_COPY && threadIdx.x == 0) arrival_barriers_init(slot_arrivals, M::SLOTS);
     __syncthreads();
@@ -163,8 +164,10 @@ __global__ void __launch_bounds__(kBlock, 2)
 #pragma unroll
         for (int j = 0; j < M::TILE / 32; j++) {
             const bool inside = piece_inside && t + 32 * j < copy_end;
-            copy16_async_or_zero(x_at + at + j * 32 * M::ROW, inside ? x_row + (t + 32 * j) * x_step : x_row, inside ? 16 : 0);
-            copy16_async_or_zero(d_at + at + j * 32 * M::ROW, inside ? d_row + (t + 32 * j) * d_step : d_row, inside ? 16 : 0);
+            copy16_async_or_zero(x_at + at + j * 32 * M::ROW, inside ? x_row + (t + 32 * j) * x_step : x_row,
+                                 inside ? 16 : 0);
+            copy16_async_or_zero(d_at + at + j * 32 * M::ROW, inside ? d_row + (t + 32 * j) * d_step : d_row,
+                                 inside ? 16 : 0);
         }
     };
     // Tile k's dx (steps 16 before its rows') from dout's ring to dx: steps t0 … end − 1 only.
@@ -173,7 +176,7 @@ __global__ void __launch_bounds__(kBlock, 2)
         const int64_t first = t0 + (int64_t)M::TILE * k - M::LAG, u = first + prow;
         const bool whole = first >= t0 && first + M::TILE <= end && first + M::TILE <= final_from;
         if (TG_BULK_COPY && plan.dx_by_tensor && whole) { // the whole tile in one tensor copy from thread 0
-            if (threadIdx.x == 0) // after every thread's dx writes (the barrier before)
+            if (threadIdx.x == 0)                         // after every thread's dx writes (the barrier before)
                 tensor_box_from_shared(&dx_map, (int)c0, (int)first, (int)b,
                                        d_ring + (k % M::SLOTS) * M::TILE * M::ROW);
             return;
@@ -202,7 +205,8 @@ __global__ void __launch_bounds__(kBlock, 2)
                 *(uint4 *)(dx_row + s * dx_step) = v;
             } else { // dx's steps not 16-byte aligned: value by value
                 for (int e = 0; e < 8 && c0 + 8 * piece + e < a.C; e++)
-                    ((unsigned short *)(dx_row + s * dx_step))[e] = (unsigned short)(word_of(v, e / 2) >> (16 * (e % 2)));
+                    ((unsigned short *)(dx_row + s * dx_step))[e] =
+                        (unsigned short)(word_of(v, e / 2) >> (16 * (e % 2)));
             }
         }
     };
@@ -227,7 +231,7 @@ __global__ void __launch_bounds__(kBlock, 2)
     const unsigned pair_low = pair_rows.pair_low, pair_high = pair_rows.pair_high;
     const int first_row = pair_rows.first, second_row = pair_rows.second;
     const bool odd_first = pair_rows.odd_first;
-    const int column = (warp ^ q) << 4; // piece `warp`, swizzled by the rows' bits 1–2 (= q)
+    const int column = (warp ^ q) << 4;      // piece `warp`, swizzled by the rows' bits 1–2 (= q)
     const int64_t lane_step = 8 * g + 2 * q; // this lane's first step of block g in a tile
     // The lags of this lane's dw sums (see above), as the selects of the folding.
     const int d0 = 2 * q - g;
@@ -250,7 +254,7 @@ __global__ void __launch_bounds__(kBlock, 2)
         } else {
             copies_wait_groups<1>(); // tile k's copies have landed
         }
-        __syncthreads();         // everyone's; tile k − 1's dx is all in, tile k − 2's slot free
+        __syncthreads(); // everyone's; tile k − 1's dx is all in, tile k − 2's slot free
         // Tile k + 2's copies go out before tile k − 1's dx: then the tensor copy that took tile
         // k − 2's dx out of the slot they land in is the last one thread 0 waits for.
         if (k + 2 < tiles) issue(k + 2);
@@ -326,9 +330,10 @@ __global__ void __launch_bounds__(kBlock, 2)
                 }
 #pragma unroll
                 for (int h = 0; h < 2; h++) { // dbias of g before its rounding: the segment's own steps only
-                    if (PAST_END) // own_g, own_g8: a half set per step of the segment's
-                        bias_acc[2 * m + h] += ((own_g & 0xffffu ? gv[h][0] : 0.0f) + (own_g >> 16 ? gv[h][1] : 0.0f)) +
-                                               ((own_g8 & 0xffffu ? gv[h][2] : 0.0f) + (own_g8 >> 16 ? gv[h][3] : 0.0f));
+                    if (PAST_END)             // own_g, own_g8: a half set per step of the segment's
+                        bias_acc[2 * m + h] +=
+                            ((own_g & 0xffffu ? gv[h][0] : 0.0f) + (own_g >> 16 ? gv[h][1] : 0.0f)) +
+                            ((own_g8 & 0xffffu ? gv[h][2] : 0.0f) + (own_g8 >> 16 ? gv[h][3] : 0.0f));
                     else
                         bias_acc[2 * m + h] += (gv[h][0] + gv[h][1]) + (gv[h][2] + gv[h][3]);
                 }
@@ -356,9 +361,9 @@ __global__ void __launch_bounds__(kBlock, 2)
                     // their block g + 8 of the previous tile and their block g of this one.
                     const bool wraps4 = g == 7, wraps8 = g >= 6;
                     window[h][0] = __shfl_sync(0xffffffffu, wraps8 ? previous[ch] : lo, (lane + 24) & 31); // g − 2
-                    window[h][1] = __shfl_sync(0xffffffffu, wraps8 ? lo : hi, (lane + 24) & 31);                 // g + 6
+                    window[h][1] = __shfl_sync(0xffffffffu, wraps8 ? lo : hi, (lane + 24) & 31);           // g + 6
                     window[h][2] = __shfl_sync(0xffffffffu, wraps4 ? previous[ch] : lo, (lane + 28) & 31); // g − 1
-                    window[h][3] = __shfl_sync(0xffffffffu, wraps4 ? lo : hi, (lane + 28) & 31);                 // g + 7
+                    window[h][3] = __shfl_sync(0xffffffffu, wraps4 ? lo : hi, (lane + 28) & 31);           // g + 7
                     previous[ch] = hi;
                     // dw: the segment's own steps only
                     gt[h][0] = transposed8(PAST_END ? lo & own_g : lo);
@@ -399,8 +404,10 @@ __global__ void __launch_bounds__(kBlock, 2)
 #pragma unroll
             for (int r = 0; r < 4; r++) *dout_rows[r] = dx_rows[r];
         };
-        if (tile_t + M::TILE > end) compute(std::true_type());
-        else compute(std::false_type());
+        if (tile_t + M::TILE > end)
+            compute(std::true_type());
+        else
+            compute(std::false_type());
     }
     __syncthreads(); // the last tile's dx is in
     copy_out(tiles - 1);

@@ -93,7 +93,8 @@ __global__ void __launch_bounds__(kBlock, 2)
             const int64_t c = p.c0 + lane < a.C ? p.c0 + lane : a.C - 1;
             unsigned short padded[2 * kTapPairs]; // w′[k − 8]
 #pragma unroll
-            for (int k = 0; k < 2 * kTapPairs; k++) padded[k] = k >= 8 && k < 24 ? (unsigned short)tap_bits(a, c, 23 - k) : 0;
+            for (int k = 0; k < 2 * kTapPairs; k++)
+                padded[k] = k >= 8 && k < 24 ? (unsigned short)tap_bits(a, c, 23 - k) : 0;
             write_tap_pairs(pairs, lane, padded);
         }
         __syncwarp();
@@ -169,7 +170,8 @@ __global__ void __launch_bounds__(kBlock, 2)
             char *next = ring + ((k + 1) % M::RING) * M::SLOT;
 #pragma unroll
             for (int j = 0; j < 2; j++)
-                *(uint4 *)(next + 16 * lane + 512 * j) = *(const uint4 *)(slot + M::TILE * M::ROW + 16 * lane + 512 * j);
+                *(uint4 *)(next + 16 * lane + 512 * j) =
+                    *(const uint4 *)(slot + M::TILE * M::ROW + 16 * lane + 512 * j);
         }
 #pragma unroll // (the taps' registers are indexed by channel: unrolled, they stay registers)
         for (int pc = 0; pc < M::PIECES; pc++) {
@@ -183,7 +185,7 @@ __global__ void __launch_bounds__(kBlock, 2)
                 u0[i] = *(const uint4 *)(first + 8 * M::ROW * s);
                 u1[i] = *(const uint4 *)(second + 8 * M::ROW * s);
             }
-            __syncwarp(); // every lane has its windows of this piece before any writes over them
+            __syncwarp();  // every lane has its windows of this piece before any writes over them
             uint4 rows[4]; // out: rows first, second of block g, then of block g + 8
 #pragma unroll
             for (int m = 0; m < 4; m++) { // channels 2m, 2m + 1 of the piece
@@ -216,7 +218,7 @@ __global__ void __launch_bounds__(kBlock, 2)
             *(uint4 *)(first + 64 * M::ROW) = rows[2];
             *(uint4 *)(second + 64 * M::ROW) = rows[3];
         }
-        __syncwarp(); // the tile's outputs are all in the slot
+        __syncwarp();    // the tile's outputs are all in the slot
         if (by_tensor) { // one tensor copy from lane 0 (a segment's steps are whole tiles, or end at L)
             if (lane == 0)
                 tensor_box_from_shared(&y_map, (int)p.c0, (int)(p.t0 + (int64_t)M::TILE * k), (int)p.b,

@@ -170,17 +170,21 @@ template <int KB> struct tensor_core_z {
     __device__ __forceinline__ static void load_x(const __nv_bfloat16 *xt, const tile_rows &rows, unsigned (&x)[4],
                                                   unsigned (&xp)[4])
     {
-        auto load = [](unsigned (&r)[4], const __nv_bfloat16 *p) {
-            if constexpr (TRANSPOSED) load_matrices_transposed(r, p);
-            else load_matrices(r, p);
+        auto load = [](unsigned(&r)[4], const __nv_bfloat16 *p) {
+            if constexpr (TRANSPOSED)
+                load_matrices_transposed(r, p);
+            else
+                load_matrices(r, p);
         };
         load(x, xt + rows.own);
         if constexpr (kWide) {
             load(xp, xt + rows.before);
         } else {
             unsigned half[2];
-            if constexpr (TRANSPOSED) load_matrices_transposed(half, xt + rows.before);
-            else load_matrices(half, xt + rows.before);
+            if constexpr (TRANSPOSED)
+                load_matrices_transposed(half, xt + rows.before);
+            else
+                load_matrices(half, xt + rows.before);
             xp[0] = xp[1] = 0, xp[2] = half[0], xp[3] = half[1];
         }
     }

@@ -35,9 +35,10 @@ __device__ inline void stage_tile(const conv_args &a, const t3 &v, bool vectoris
         }
         for (int e = 0; e < V; e++) {
             const bool inside = c + e < a.C && t < a.L;
-            float value = !inside ? 0.0f
-                          : t >= 0 ? ld<T>(v, b, c + e, t)
-                          : X_HISTORY ? history_at<T>(a, b, c + e, t) : 0.0f;
+            float value = !inside     ? 0.0f
+                          : t >= 0    ? ld<T>(v, b, c + e, t)
+                          : X_HISTORY ? history_at<T>(a, b, c + e, t)
+                                      : 0.0f;
             dst[r][j + e] = tg_from_float<T>(value); // exact: the value came from a T
         }
     }
@@ -48,7 +49,7 @@ __device__ inline void stage_tile(const conv_args &a, const t3 &v, bool vectoris
 // and LANES threads one after the other along time for each channel group, LS steps each.
 template <typename T, int KB> struct tile_shape {
     static constexpr int CPT = KB <= 8 ? 2 : 1;
-    static constexpr int GROUPS = kTileC / CPT;  // channel groups per tile (threads per time lane)
+    static constexpr int GROUPS = kTileC / CPT; // channel groups per tile (threads per time lane)
     static constexpr int LANES = kBlock / GROUPS;
     static constexpr int LS = kTileT / LANES;
 };
@@ -73,8 +74,10 @@ __device__ inline void write_channels(T *p, int64_t stride, bool pair_ok, int co
 {
     if constexpr (CPT == 2) {
         if (pair_ok && count == 2) {
-            if constexpr (sizeof(T) == 4) *(float2 *)p = make_float2(v[0], v[1]);
-            else *(unsigned *)p = pack2(v[0], v[1], T());
+            if constexpr (sizeof(T) == 4)
+                *(float2 *)p = make_float2(v[0], v[1]);
+            else
+                *(unsigned *)p = pack2(v[0], v[1], T());
             return;
         }
     }
@@ -86,7 +89,10 @@ __device__ inline void write_channels(T *p, int64_t stride, bool pair_ok, int co
 // Tiles a tile kernel keeps in shared memory: two where two fit in the 48 KB of static shared
 // memory (16-bit data), so the next tile's loads are in flight while this one is computed;
 // else one (f32, which is near the copy bandwidth without the overlap).
-template <int TILE_BYTES> __host__ __device__ constexpr int tile_buffers() { return 2 * TILE_BYTES <= 48 * 1024 ? 2 : 1; }
+template <int TILE_BYTES> __host__ __device__ constexpr int tile_buffers()
+{
+    return 2 * TILE_BYTES <= 48 * 1024 ? 2 : 1;
+}
 
 // The walk over a block's tiles along L that both tile kernels share: stage(t0, buffer)
 // issues the copies of the tile starting at step t0, compute(t0, buffer) works on it once
@@ -119,8 +125,7 @@ __device__ inline void walk_tiles(const conv_args &a, const tile_plan &plan, Sta
     }
 }
 
-template <typename T, int KB>
-__global__ void __launch_bounds__(kBlock, 8) tile_fwd(conv_args a, tile_plan plan)
+template <typename T, int KB> __global__ void __launch_bounds__(kBlock, 8) tile_fwd(conv_args a, tile_plan plan)
 {
     using S = tile_shape<T, KB>;
     constexpr int CPT = S::CPT, LS = S::LS;
@@ -216,7 +221,7 @@ __global__ void __launch_bounds__(kBlock) tile_bwd(conv_args a, tile_plan plan, 
             read_channels<T, CPT>(&ds[buf][r0 + s][cg], d_out); // 0 past the end
             step_gradient<T, SILU>(wl, bias, win, d_out, gw);
             if (s < LS) add_step_partials(gw[KB - 1], win, partial); // own steps (the later ones are the next lane's)
-            if (s >= KB - 1) { // dx[u], u = s − (KB − 1)
+            if (s >= KB - 1) {                                       // dx[u], u = s − (KB − 1)
                 const int u = s - (KB - 1);
                 float d[CPT];
                 oldest_step_dx(wl, gw, d);
@@ -258,11 +263,7 @@ __global__ void __launch_bounds__(kBlock) tile_bwd(conv_args a, tile_plan plan, 
 
 namespace tg_conv1d {
 
-template <typename T, int KB>
-auto tile_fwd_instance() -> void (*)(conv_args, tile_plan)
-{
-    return ::tile_fwd<T, KB>;
-}
+template <typename T, int KB> auto tile_fwd_instance() -> void (*)(conv_args, tile_plan) { return ::tile_fwd<T, KB>; }
 template auto tile_fwd_instance<float, 2>() -> void (*)(conv_args, tile_plan);
 template auto tile_fwd_instance<float, 3>() -> void (*)(conv_args, tile_plan);
 template auto tile_fwd_instance<float, 4>() -> void (*)(conv_args, tile_plan);
@@ -279,8 +280,7 @@ template auto tile_fwd_instance<__half, 4>() -> void (*)(conv_args, tile_plan);
 template auto tile_fwd_instance<__half, 8>() -> void (*)(conv_args, tile_plan);
 template auto tile_fwd_instance<__half, 16>() -> void (*)(conv_args, tile_plan);
 
-template <typename T, int KB, bool SILU>
-auto tile_bwd_instance() -> void (*)(conv_args, tile_plan, float *)
+template <typename T, int KB, bool SILU> auto tile_bwd_instance() -> void (*)(conv_args, tile_plan, float *)
 {
     return ::tile_bwd<T, KB, SILU>;
 }

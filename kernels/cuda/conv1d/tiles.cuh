@@ -18,15 +18,11 @@ struct tile_plan {
 // unnamed namespace (nvcc makes the launch stub of a kernel template internal to its file
 // anyway), so X<…> here is a pointer to the kernel X<…> there, got from X_instance<…>(), which
 // that file instantiates for each X<…> the launcher uses.
-template <typename T, int KB>
-auto tile_fwd_instance() -> void (*)(conv_args, tile_plan);
-template <typename T, int KB>
-inline const auto tile_fwd = tile_fwd_instance<T, KB>();
+template <typename T, int KB> auto tile_fwd_instance() -> void (*)(conv_args, tile_plan);
+template <typename T, int KB> inline const auto tile_fwd = tile_fwd_instance<T, KB>();
 
-template <typename T, int KB, bool SILU>
-auto tile_bwd_instance() -> void (*)(conv_args, tile_plan, float *);
-template <typename T, int KB, bool SILU>
-inline const auto tile_bwd = tile_bwd_instance<T, KB, SILU>();
+template <typename T, int KB, bool SILU> auto tile_bwd_instance() -> void (*)(conv_args, tile_plan, float *);
+template <typename T, int KB, bool SILU> inline const auto tile_bwd = tile_bwd_instance<T, KB, SILU>();
 
 } // namespace tg_conv1d
 
