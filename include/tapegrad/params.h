@@ -6,7 +6,8 @@
  * into their ->grad, and tg_params_zero_grad clears all of them at once.
  *
  * The buffers grow as parameters are added (tensors stay valid: they refer to the
- * store's storage, not to raw addresses), so build the model first, then train.
+ * store's storage, not to raw addresses; the pointers tg_params_data and tg_params_grad
+ * gave before do not), so build the model first, then train.
  */
 #ifndef TAPEGRAD_PARAMS_H
 #define TAPEGRAD_PARAMS_H
@@ -21,10 +22,11 @@ typedef struct tg_params tg_params;
 
 TG_API tg_params *tg_params_create(tg_device device);
 TG_API void tg_params_free(tg_params *params);
-/* A new zero-filled parameter; the name is copied (used in messages and checkpoints). The
- * name must be new to the store, non-empty, valid UTF-8 without control characters, not
- * "__metadata__" and not start with "optim." (so that a checkpoint can always hold it); the
- * dtype a float one, the store's; the shape non-empty with sizes that fit. */
+/* A new zero-filled parameter, owned by the store; the name is copied (used in messages and
+ * checkpoints). The name must be new to the store, non-empty, valid UTF-8 without control
+ * characters below 0x20, not "__metadata__" and not start with "optim." (so that a checkpoint
+ * can always hold it); the dtype a float one, the store's; the shape 1 to TG_MAX_DIMS sizes,
+ * each ≥ 1, that fit. Otherwise NULL, error set. */
 TG_API tg_tensor *tg_params_add(tg_params *params, const char *name, tg_dtype dtype, int ndim, const int64_t *shape);
 /* For a NULL store, an index past the end or a name the store lacks, the queries below set
  * the error and give 0 or NULL. */
@@ -38,7 +40,8 @@ TG_API tg_status tg_params_zero_grad(tg_params *params);
 TG_API void *tg_params_data(tg_params *params);
 TG_API void *tg_params_grad(tg_params *params);
 
-/* Plain SGD over the whole store: p ← p − lr · grad (lr finite, or nothing changes). */
+/* Plain SGD over the whole store: p ← p − lr · grad (lr must be finite: else TG_ERR_INVALID
+ * and nothing changes). */
 TG_API tg_status tg_params_sgd_step(tg_params *params, double lr);
 
 #ifdef __cplusplus
