@@ -53,7 +53,9 @@ TG_API double tg_schedule_factor(const tg_schedule *schedule, int64_t step);
  * the same gradients always give the same norm. */
 TG_API tg_status tg_params_grad_norm(tg_params *params, double *norm);
 /* Scales all gradients by max_norm / norm when the norm exceeds max_norm (to exactly
- * max_norm, up to rounding); *norm_before (may be NULL) receives the norm before. */
+ * max_norm, up to rounding); *norm_before (may be NULL) receives the norm before. max_norm
+ * must be finite and > 0; a norm that is not finite leaves the gradients unchanged and
+ * gives TG_ERR_STATE. */
 TG_API tg_status tg_params_clip_grad_norm(tg_params *params, double max_norm, double *norm_before);
 
 /* ---- optimizers ----------------------------------------------------------------------- */
@@ -75,8 +77,8 @@ typedef struct {
     tg_schedule schedule; /* zero-initialised: constant */
 } tg_optim_config;
 
-/* Defaults: AdamW betas (0.9, 0.999), eps 1e-8, weight decay 0.01; SGD without momentum
- * or decay. No clipping, constant schedule. */
+/* Defaults: AdamW betas (0.9, 0.999), eps 1e-8, weight decay 0.01; SGD with the given
+ * momentum, without Nesterov or decay. No clipping, constant schedule. */
 TG_API tg_optim_config tg_adamw_config(double lr);
 TG_API tg_optim_config tg_sgd_config(double lr, double momentum);
 
@@ -94,8 +96,9 @@ TG_API void tg_optim_free(tg_optim *opt);
  * applies to that mean. Scaling, clipping and the update are one pass; the gradients
  * are not modified.
  *
- * A step whose clipped norm is not finite changes nothing (parameters, state, step count)
- * and is counted as skipped. On a CUDA store the step never waits for the device: the
+ * With clipping on, a step whose gradient norm is not finite changes nothing (parameters,
+ * state, step count) and is counted as skipped (without clipping the norm is not measured
+ * and no step is skipped for it). On a CUDA store the step never waits for the device: the
  * norm, the clip factor, the learning rate of the schedule and the decision to skip are
  * worked out on the device, so the call returns TG_OK and tg_optim_skipped_steps tells
  * afterwards; this is what lets a whole training step be one CUDA graph (tapegrad/graph.h).
@@ -114,10 +117,10 @@ TG_API double tg_optim_lr(const tg_optim *opt);
 /* The gradient norm the last step measured (before clipping; NaN when not measured). */
 TG_API double tg_optim_last_grad_norm(const tg_optim *opt);
 TG_API const tg_optim_config *tg_optim_get_config(const tg_optim *opt);
-/* Changes the base learning rate (and nothing else) from the next step on. This and the
- * group setters below update the device's copy of the configuration (a copy that waits),
- * so call them outside a CUDA graph capture; a graph captured before reads the new values
- * when it next runs. */
+/* Changes the base learning rate (and nothing else) from the next step on. This,
+ * tg_optim_add_group and tg_optim_set_group update the device's copy of the configuration
+ * (a copy that waits), so call them outside a CUDA graph capture; a graph captured before
+ * reads the new values when it next runs. tg_optim_assign is not one of them: see there. */
 TG_API tg_status tg_optim_set_lr(tg_optim *opt, double lr);
 /* Takes the master copy again from the store (bf16/f16 stores; a no-op otherwise): after
  * parameters were changed by other means than the optimizer or tg_checkpoint_load. */
@@ -139,9 +142,10 @@ typedef struct {
     double weight_decay; /* replaces the config's for this group */
 } tg_optim_group;
 
-/* The default rule (false, error set, for a NULL name), on the name's dot-separated parts: the last part is "bias" or ends in
- * "_bias", or is "A_log" or "D"; or any part contains "norm" or "embed", or is "ln" or
- * starts with "ln_" (biases, norm weights, SSM A_log and D, embeddings). */
+/* The default rule (false, error set, for a NULL name), on the name's dot-separated parts:
+ * the last part is "bias" or ends in "_bias", or is "A_log" or "D"; or any part contains
+ * "norm" or "embed", or is "ln" or starts with "ln_" (biases, norm weights, SSM A_log and
+ * D, embeddings). */
 TG_API bool tg_optim_default_no_decay(const char *name);
 /* A new group; returns its index, or −1 (with a message) when full or invalid. */
 TG_API int tg_optim_add_group(tg_optim *opt, tg_optim_group group);
@@ -149,7 +153,10 @@ TG_API tg_status tg_optim_set_group(tg_optim *opt, int index, tg_optim_group gro
 TG_API tg_status tg_optim_get_group(const tg_optim *opt, int index, tg_optim_group *group);
 /* Moves every parameter whose whole name matches the glob pattern ('*' any text, dots
  * included; '?' one character; [...] a set) into the group. Matching no parameter is an
- * error (a misspelt pattern should not pass silently); *matched (may be NULL) gets the count. */
+ * error (a misspelt pattern should not pass silently); *matched (may be NULL) gets the count.
+ * The move takes effect when the next tg_optim_step rebuilds the table of groups (a copy
+ * from the host, which a CUDA graph capture refuses); a graph captured before the call
+ * keeps the table it was captured with, so capture the step again after an assign. */
 TG_API tg_status tg_optim_assign(tg_optim *opt, const char *pattern, int group, size_t *matched);
 /* The group of a parameter, or −1 (error set) when the store has no such name. */
 TG_API int tg_optim_group_of(const tg_optim *opt, const char *name);
