@@ -54,14 +54,16 @@ extern "C" {
 typedef struct tg_graph tg_graph;
 
 /* Starts recording the calling thread's device work. Fails on a device other than CUDA,
- * in a build without CUDA, and while another capture runs. */
+ * in a build without CUDA, and while a capture runs on the calling thread (a capture on
+ * another thread is not seen: the allocator keeps one capture's record, so capture from
+ * one thread at a time). */
 TG_API tg_status tg_graph_begin(tg_device device);
 /* Ends the recording and makes the graph; NULL with a message when the capture failed
  * (the message names the call that broke it where the library saw it). */
 TG_API tg_graph *tg_graph_end(void);
 /* Queues one run of the graph (it does not wait for it). */
 TG_API tg_status tg_graph_replay(tg_graph *graph);
-/* Kernel launches and copies in the graph (0, error set, for NULL). */
+/* The graph's nodes: kernel launches, copies and memsets (0, error set, for NULL). */
 TG_API size_t tg_graph_node_count(const tg_graph *graph);
 /* Frees the graph; the device memory it kept goes back to the allocator. NULL is fine. */
 TG_API void tg_graph_free(tg_graph *graph);
