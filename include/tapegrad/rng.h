@@ -1,5 +1,6 @@
 /* tapegrad/rng.h: a seeded, portable random number generator (xoshiro256**).
- * The same seed gives the same numbers on every machine. */
+ * The same seed gives the same integers and uniform doubles on every machine; normal
+ * values also go through the C library's log and cos. */
 #ifndef TAPEGRAD_RNG_H
 #define TAPEGRAD_RNG_H
 
@@ -22,7 +23,10 @@ TG_API double tg_rng_normal(tg_rng *rng);  /* mean 0, standard deviation 1 */
 TG_API int64_t tg_rng_below(tg_rng *rng, int64_t bound);
 
 /* Fill any float tensor (any layout). low ≤ high and stddev ≥ 0, all finite; else
- * TG_ERR_INVALID and t is unchanged. */
+ * TG_ERR_INVALID and t is unchanged. A CPU tensor takes one or two draws per element
+ * (uniform in [low, high)); a CUDA tensor is filled by cuRAND (Philox, float values,
+ * uniform in (low, high]) seeded with one draw, so the same seed gives the same CUDA
+ * tensor but not the values of a CPU one. */
 TG_API tg_status tg_fill_uniform(tg_tensor *t, tg_rng *rng, double low, double high);
 TG_API tg_status tg_fill_normal(tg_tensor *t, tg_rng *rng, double mean, double stddev);
 
