@@ -151,11 +151,11 @@ typedef struct {
     tg_nn_rmsnorm norm_f;      /* "backbone.norm_f" */
 } tg_mamba;
 
-/* Adds every parameter to params (which must not already hold one of these names, and
- * whose other parameters must share config->dtype) and initialises them from rng. The
- * returned struct is freed with tg_mamba_free; the parameters stay with the store. A
- * rejected config or store adds nothing; running out of memory part-way leaves the
- * parameters added until then in the store. */
+/* Adds every parameter to params and initialises them from rng. The store must hold no
+ * parameter whose name starts with "backbone." (one model per store), and its parameters
+ * must share config->dtype. The returned struct is freed with tg_mamba_free; the
+ * parameters stay with the store. A rejected config or store adds nothing; running out of
+ * memory part-way leaves the parameters added until then in the store. */
 TG_API tg_mamba *tg_mamba_create(const tg_mamba_config *config, tg_params *params, tg_rng *rng);
 TG_API void tg_mamba_free(tg_mamba *model);
 
