@@ -52,8 +52,9 @@ TG_API tg_status tg_checkpoint_load(const char *path, tg_params *params, tg_opti
 /* The same from bytes in memory; `name` stands for the file in messages. */
 TG_API tg_status tg_checkpoint_load_buffer(const void *bytes, size_t size, const char *name, tg_params *params,
                                            tg_optim *optim, tg_checkpoint_info *info);
-/* Reads only the info (step, rng, config) after checking the file's layout and metadata:
- * to build the model a checkpoint's config describes before loading into it. */
+/* Reads only the info (step, rng, config) after checking the file's layout and metadata
+ * (not the checksum: only the header is read): to build the model a checkpoint's config
+ * describes before loading into it. info->config is a new copy, as for loading. */
 TG_API tg_status tg_checkpoint_read_info(const char *path, tg_checkpoint_info *info);
 /* Frees info->config and sets it to NULL (a NULL info sets the error). */
 TG_API void tg_checkpoint_info_clear(tg_checkpoint_info *info);
