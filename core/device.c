@@ -219,6 +219,7 @@ tg_status tg_device_memcpy(void *dst, const void *src, size_t bytes, tg_copy_dir
 
 tg_status tg_device_zero(tg_device device, void *ptr, size_t bytes)
 {
+    if (bytes == 0) return TG_OK; /* an empty buffer may be NULL, which memset may not be given */
     if (device == TG_DEVICE_CPU) {
         memset(ptr, 0, bytes);
         return TG_OK;

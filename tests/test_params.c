@@ -67,6 +67,17 @@ Test(params, sgd_step_and_zero_grad)
     tg_params_free(params);
 }
 
+/* A store with no parameters yet has no buffers: zeroing its gradients and stepping it do
+ * nothing and succeed (and hand no null pointer to memset, which the sanitizer run checks). */
+Test(params, an_empty_store_zeroes_and_steps)
+{
+    tg_params *params = tg_params_create(TG_DEVICE_CPU);
+    cr_assert_eq(tg_params_numel(params), 0);
+    cr_assert_eq(tg_params_zero_grad(params), TG_OK, "%s", tg_last_error());
+    cr_assert_eq(tg_params_sgd_step(params, 0.1), TG_OK, "%s", tg_last_error());
+    tg_params_free(params);
+}
+
 Test(params, bad_requests)
 {
     tg_params *params = tg_params_create(TG_DEVICE_CPU);
