@@ -54,24 +54,35 @@ typedef struct {
 /* Target of row r (targets dense, like the logits' leading dimensions). */
 static int32_t target_of(const ce_job *job, int64_t r) { return ((const int32_t *)tg_bytes(job->targets))[r]; }
 
+/* `count` rows of V floats in one block, or NULL with the job's out-of-memory flag set. */
+static float *row_buffers(ce_job *job, int count)
+{
+    float *rows = malloc(sizeof(float) * (size_t)(count * job->V));
+    if (!rows) atomic_store(&job->out_of_memory, true);
+    return rows;
+}
+
+/* Row r of the logits into x; its log-sum-exp as the returned max + *log_sum. */
+static float load_row(const ce_job *job, int64_t r, float *x, float *exps, float *log_sum)
+{
+    tg_load_row_float(job->logits, r * job->V, 1, job->V, x);
+    return row_max_and_log_sum(x, job->V, exps, log_sum);
+}
+
 static void ce_forward_rows(void *context, int64_t begin, int64_t end)
 {
     ce_job *job = context;
-    const int64_t V = job->V;
-    float *x = malloc(sizeof(float) * (size_t)(2 * V)), *exps = x + V;
-    if (!x) {
-        atomic_store(&job->out_of_memory, true);
-        return;
-    }
+    float *x = row_buffers(job, 2);
+    if (!x) return;
+    float *exps = x + job->V;
     for (int64_t r = begin; r < end; r++) {
         const int32_t t = target_of(job, r);
         if (t == job->ignore_index) {
             job->row_loss[r] = 0.0;
             continue;
         }
-        tg_load_row_float(job->logits, r * V, 1, V, x);
         float log_sum;
-        const float max = row_max_and_log_sum(x, V, exps, &log_sum);
+        const float max = load_row(job, r, x, exps, &log_sum);
         job->row_loss[r] = ((double)max - (double)x[t]) + (double)log_sum;
     }
     free(x);
@@ -81,19 +92,16 @@ static void ce_backward_rows(void *context, int64_t begin, int64_t end)
 {
     ce_job *job = context;
     const int64_t V = job->V;
-    float *x = malloc(sizeof(float) * (size_t)(3 * V)), *exps = x + V, *grad = exps + V;
-    if (!x) {
-        atomic_store(&job->out_of_memory, true);
-        return;
-    }
+    float *x = row_buffers(job, 3);
+    if (!x) return;
+    float *exps = x + V, *grad = exps + V;
     for (int64_t r = begin; r < end; r++) {
         const int32_t t = target_of(job, r);
         if (t == job->ignore_index) {
             for (int64_t j = 0; j < V; j++) grad[j] = 0.0f;
         } else {
-            tg_load_row_float(job->logits, r * V, 1, V, x);
             float log_sum;
-            const float max = row_max_and_log_sum(x, V, exps, &log_sum);
+            const float max = load_row(job, r, x, exps, &log_sum);
             shifted_exps(x, max, log_sum, V, grad); /* the softmax */
             for (int64_t j = 0; j < V; j++) grad[j] *= job->scale;
             grad[t] -= job->scale;
