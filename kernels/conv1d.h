@@ -35,13 +35,6 @@ tg_status tg_cpu_causal_conv1d_fwd(const tg_conv1d_args *args, tg_tensor *out, t
 tg_status tg_cpu_causal_conv1d_bwd(const tg_conv1d_args *args, const tg_tensor *dout, const tg_tensor *dfinal_states,
                                    tg_tensor *dx, tg_tensor *dweight, tg_tensor *dbias, tg_tensor *dinitial_states);
 
-/* The float32 paths for f32, bf16 and f16 storage (kernels/cpu/conv1d_float.c); the two above
- * take f64 themselves and pass every other dtype to these. */
-tg_status tg_cpu_causal_conv1d_fwd_float(const tg_conv1d_args *args, tg_tensor *out, tg_tensor *final_states);
-tg_status tg_cpu_causal_conv1d_bwd_float(const tg_conv1d_args *args, const tg_tensor *dout,
-                                         const tg_tensor *dfinal_states, tg_tensor *dx, tg_tensor *dweight,
-                                         tg_tensor *dbias, tg_tensor *dinitial_states);
-
 /* The CUDA kernels (launched from kernels/cuda/conv1d.cu, written in kernels/cuda/conv1d/):
  * f32, bf16 and f16 storage, K ≤ 16. */
 tg_status tg_cuda_causal_conv1d_fwd(const tg_conv1d_args *args, tg_tensor *out, tg_tensor *final_states);

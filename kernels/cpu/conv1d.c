@@ -1,12 +1,13 @@
 /* kernels/cpu/conv1d.c: causal conv1d forward and backward on the CPU in double, for f64
- * (the reference the gradient checks use); other dtypes go to kernels/cpu/conv1d_float.c.
+ * (the reference the gradient checks use); for other dtypes its entry points run the range
+ * functions of kernels/cpu/conv1d_float.c (kernels/cpu/conv1d_job.h).
  *
  * Each (b, c) row is handled on its own: the row of xe (history + x, length K−1+L) is
  * gathered once into a scratch buffer, so the tap loops read contiguous memory whatever
  * the layout of x (channel-first, channel-last or any other strides). The channels are
  * split over CPU threads: a channel's rows, and its dweight and dbias sums (over b, then t,
  * in that fixed order), belong to one thread, so the split changes no result. */
-#include "kernels/conv1d.h"
+#include "kernels/cpu/conv1d_job.h"
 #include "kernels/cpu/rows.h"
 #include "kernels/cpu/float_math.h"
 #include "kernels/unary_math.h"
@@ -69,14 +70,6 @@ static double load_channel(const tg_conv1d_args *a, int64_t c, int64_t K, double
 /* A row buffer of n doubles (at least one, so that an empty row is no failure). */
 static double *alloc_doubles(int64_t n) { return malloc(sizeof(double) * (size_t)(n > 0 ? n : 1)); }
 
-/* What a range of channels needs: the arguments, the outputs, a failure flag. */
-typedef struct {
-    const tg_conv1d_args *a;
-    const tg_tensor *dout, *dfinal;
-    tg_tensor *out, *final_states, *dx, *dweight, *dbias, *dinitial;
-    atomic_bool out_of_memory;
-} conv_job;
-
 static void conv_forward_channels(void *context, int64_t c_begin, int64_t c_end)
 {
     conv_job *job = context;
@@ -99,10 +92,10 @@ static void conv_forward_channels(void *context, int64_t c_begin, int64_t c_end)
 
 tg_status tg_cpu_causal_conv1d_fwd(const tg_conv1d_args *a, tg_tensor *out, tg_tensor *final_states)
 {
-    if (a->x->dtype != TG_F64) return tg_cpu_causal_conv1d_fwd_float(a, out, final_states);
     conv_job job = {.a = a, .out = out, .final_states = final_states};
     const int64_t work_per_channel = a->x->shape[0] * a->x->shape[2];
-    tg_parallel_ranges(a->x->shape[1], 1 + 4096 / (work_per_channel + 1), conv_forward_channels, &job);
+    tg_parallel_ranges(a->x->shape[1], 1 + 4096 / (work_per_channel + 1),
+                       a->x->dtype == TG_F64 ? conv_forward_channels : conv_float_forward_channels, &job);
     if (atomic_load(&job.out_of_memory))
         return tg_set_error(TG_ERR_NOMEM, "tg_causal_conv1d: out of memory for a row buffer");
     return TG_OK;
@@ -201,11 +194,11 @@ static void conv_backward_channels(void *context, int64_t c_begin, int64_t c_end
 tg_status tg_cpu_causal_conv1d_bwd(const tg_conv1d_args *a, const tg_tensor *dout, const tg_tensor *dfinal,
                                    tg_tensor *dx, tg_tensor *dweight, tg_tensor *dbias, tg_tensor *dinitial)
 {
-    if (a->x->dtype != TG_F64) return tg_cpu_causal_conv1d_bwd_float(a, dout, dfinal, dx, dweight, dbias, dinitial);
     conv_job job = {
         .a = a, .dout = dout, .dfinal = dfinal, .dx = dx, .dweight = dweight, .dbias = dbias, .dinitial = dinitial};
     const int64_t work_per_channel = a->x->shape[0] * a->x->shape[2];
-    tg_parallel_ranges(a->x->shape[1], 1 + 2048 / (work_per_channel + 1), conv_backward_channels, &job);
+    tg_parallel_ranges(a->x->shape[1], 1 + 2048 / (work_per_channel + 1),
+                       a->x->dtype == TG_F64 ? conv_backward_channels : conv_float_backward_channels, &job);
     if (atomic_load(&job.out_of_memory))
         return tg_set_error(TG_ERR_NOMEM, "tg_causal_conv1d backward: out of memory for a row buffer");
     return TG_OK;

@@ -9,7 +9,7 @@
  * double lanes (lane j holds the steps t ≡ j mod 8) that are then added in a fixed tree,
  * and the rows are added in batch order. The build never contracts a product into a sum,
  * so every instruction set and thread count gives the same bits. */
-#include "kernels/conv1d.h"
+#include "kernels/cpu/conv1d_job.h"
 #include "kernels/cpu/float_math.h"
 #include "kernels/cpu/rows.h"
 #include "tapegrad/ops.h"
@@ -110,14 +110,6 @@ static void weight_gradient(const float *g, const float *xe, int64_t K, int64_t 
     }
 }
 
-/* What a range of channels needs: the arguments, the outputs, a failure flag. */
-typedef struct {
-    const tg_conv1d_args *a;
-    const tg_tensor *dout, *dfinal;
-    tg_tensor *out, *final_states, *dx, *dweight, *dbias, *dinitial;
-    atomic_bool out_of_memory;
-} conv_job;
-
 /* One thread's buffers: rows of xe and dxe (K − 1 + padded L), g and z (padded L), and the
  * channel's taps and their gradient sums. */
 typedef struct {
@@ -146,7 +138,7 @@ static float load_channel(const tg_conv1d_args *a, int64_t c, int64_t K, float *
     return a->bias ? (float)tg_load(tg_bytes(a->bias), a->bias->dtype, c * a->bias->strides[0]) : 0.0f;
 }
 
-static void conv_float_forward_channels(void *context, int64_t c_begin, int64_t c_end)
+void conv_float_forward_channels(void *context, int64_t c_begin, int64_t c_end)
 {
     conv_job *job = context;
     const tg_conv1d_args *a = job->a;
@@ -192,7 +184,7 @@ static void backward_row(const conv_job *job, int64_t b, int64_t c, float bias, 
     if (job->dinitial) store_row3(job->dinitial, b, c, K - 1, s->dxe);
 }
 
-static void conv_float_backward_channels(void *context, int64_t c_begin, int64_t c_end)
+void conv_float_backward_channels(void *context, int64_t c_begin, int64_t c_end)
 {
     conv_job *job = context;
     const tg_conv1d_args *a = job->a;
@@ -216,26 +208,4 @@ static void conv_float_backward_channels(void *context, int64_t c_begin, int64_t
         if (job->dbias) tg_store(tg_bytes(job->dbias), job->dbias->dtype, c * job->dbias->strides[0], db);
     }
     scratch_free(&s);
-}
-
-tg_status tg_cpu_causal_conv1d_fwd_float(const tg_conv1d_args *a, tg_tensor *out, tg_tensor *final_states)
-{
-    conv_job job = {.a = a, .out = out, .final_states = final_states};
-    const int64_t work_per_channel = a->x->shape[0] * a->x->shape[2];
-    tg_parallel_ranges(a->x->shape[1], 1 + 4096 / (work_per_channel + 1), conv_float_forward_channels, &job);
-    if (atomic_load(&job.out_of_memory))
-        return tg_set_error(TG_ERR_NOMEM, "tg_causal_conv1d: out of memory for a row buffer");
-    return TG_OK;
-}
-
-tg_status tg_cpu_causal_conv1d_bwd_float(const tg_conv1d_args *a, const tg_tensor *dout, const tg_tensor *dfinal,
-                                         tg_tensor *dx, tg_tensor *dweight, tg_tensor *dbias, tg_tensor *dinitial)
-{
-    conv_job job = {
-        .a = a, .dout = dout, .dfinal = dfinal, .dx = dx, .dweight = dweight, .dbias = dbias, .dinitial = dinitial};
-    const int64_t work_per_channel = a->x->shape[0] * a->x->shape[2];
-    tg_parallel_ranges(a->x->shape[1], 1 + 2048 / (work_per_channel + 1), conv_float_backward_channels, &job);
-    if (atomic_load(&job.out_of_memory))
-        return tg_set_error(TG_ERR_NOMEM, "tg_causal_conv1d backward: out of memory for a row buffer");
-    return TG_OK;
 }
