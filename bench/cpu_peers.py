@@ -3,7 +3,7 @@
 on the CPU, timed in rounds that alternate with tapegrad's own benchmark on the same cores.
 
     python3 bench/cpu_peers.py [--sizes LIST] [--threads N] [--rounds R] [--steps K]
-                               [--variants eager-seq,eager-chunked,compile-chunked]
+                               [--variants eager-seq,compile-seq]
                                [--train-bench PATH] [--csv PATH]
 
 The model is the one the training programs build (tg_mamba): embedding tied to the head,
@@ -21,6 +21,9 @@ PyTorch has no CPU kernel for the selective scan; the variants write it in PyTor
   compile-seq      the step-by-step model under torch.compile (the loop unrolled: slow to
                    compile at long sequences)
 Before timing, each variant's first loss is checked against eager-seq's (same weights).
+By default the two step-by-step variants run: they were the fastest eager and compiled
+forms at every size measured on the 2-vCPU Xeon and EPYC machines (docs/benchmarks.md);
+the chunked ones are slower there by 4-7x and take minutes at batch 32.
 
 Each round runs tapegrad's step (train_bench --device cpu, one process per round, --steps
 steps after --warmup) and then each variant for the same number of steps, so slow drifts
@@ -215,7 +218,7 @@ def main():
     p.add_argument("--steps", type=int, default=10, help="timed steps per side and round")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--chunk", type=int, default=16, help="steps per chunk of the chunked scan")
-    p.add_argument("--variants", default="eager-seq,eager-chunked,compile-chunked")
+    p.add_argument("--variants", default="eager-seq,compile-seq")
     p.add_argument("--train-bench", default="build/bench/train_bench")
     p.add_argument("--csv")
     args = p.parse_args()
