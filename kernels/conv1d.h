@@ -41,6 +41,39 @@ tg_status tg_cuda_causal_conv1d_fwd(const tg_conv1d_args *args, tg_tensor *out, 
 tg_status tg_cuda_causal_conv1d_bwd(const tg_conv1d_args *args, const tg_tensor *dout, const tg_tensor *dfinal_states,
                                     tg_tensor *dx, tg_tensor *dweight, tg_tensor *dbias, tg_tensor *dinitial_states);
 
+/* The CUDA kernel families a call can run on (kernels/cuda/conv1d.cu's selection table says
+ * which runs when). The forward runs on all but ROW_TENSOR_CORES, the backward on all but
+ * ROW_DIRECT and ROW_GROUPED. */
+typedef enum {
+    TG_CONV1D_AUTO = 0,            /* the selection table's choice */
+    TG_CONV1D_ROW_DIRECT,          /* channel-first, a thread's steps from its neighbours' */
+    TG_CONV1D_ROW_GROUPED,         /* the same, a block taking 2 or 4 short rows in turn */
+    TG_CONV1D_ROW_SIDE_BY_SIDE,    /* channel-first rows shorter than a warp's steps */
+    TG_CONV1D_ROW_STAGED,          /* channel-first spans staged in shared memory */
+    TG_CONV1D_ROW_TENSOR_CORES,    /* the staged backward's products on tensor cores */
+    TG_CONV1D_STREAM,              /* channel-last, a warp walking its channels in time */
+    TG_CONV1D_STREAM_TENSOR_CORES, /* the same, products on tensor cores */
+    TG_CONV1D_TILE,                /* any strides: channel × time tiles */
+    TG_CONV1D_KERNELS              /* the count */
+} tg_conv1d_kernel;
+
+typedef enum { TG_CONV1D_FORWARD, TG_CONV1D_BACKWARD } tg_conv1d_pass;
+
+/* For debugging and tests. The kernel's name ("row-direct", …; "?" outside the enum). */
+const char *tg_conv1d_kernel_name(tg_conv1d_kernel kernel);
+/* Whether the pass has a kernel of that family (on some shape). */
+bool tg_conv1d_pass_has(tg_conv1d_pass pass, tg_conv1d_kernel kernel);
+/* Makes every later CUDA call of the pass run `kernel` (TG_CONV1D_AUTO: the selection table
+ * again), process-wide. A call the kernel cannot take fails with TG_ERR_INVALID saying why;
+ * nothing is written. */
+void tg_cuda_conv1d_force_kernel(tg_conv1d_pass pass, tg_conv1d_kernel kernel);
+/* The kernel the calling thread's last CUDA call of the pass ran (TG_CONV1D_AUTO before any). */
+tg_conv1d_kernel tg_cuda_conv1d_last_kernel(tg_conv1d_pass pass);
+/* For the launcher: the kernel forced on the pass (TG_CONV1D_AUTO: none), and noting the one
+ * a call runs. (These live in ops/conv1d.c, so that every build has them.) */
+tg_conv1d_kernel tg_cuda_conv1d_forced_kernel(tg_conv1d_pass pass);
+void tg_cuda_conv1d_note_kernel(tg_conv1d_pass pass, tg_conv1d_kernel kernel);
+
 #ifdef __cplusplus
 }
 #endif

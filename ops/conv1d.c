@@ -12,6 +12,8 @@
 #include "kernels/conv1d.h"
 #include "tapegrad/ops.h"
 
+#include <stdatomic.h>
+
 static const tg_conv1d_fwd_kernel conv1d_fwd[TG_DEVICE_COUNT] =
     TG_KERNELS(tg_cpu_causal_conv1d_fwd, TG_CUDA_KERNEL(tg_cuda_causal_conv1d_fwd));
 static const tg_conv1d_bwd_kernel conv1d_bwd[TG_DEVICE_COUNT] =
@@ -123,3 +125,40 @@ tg_tensor *tg_causal_conv1d(tg_tape *tape, tg_tensor *x, tg_tensor *weight, cons
     if (opt->final_states) *opt->final_states = final_states;
     return out;
 }
+
+/* ---- which CUDA kernel runs (kernels/cuda/conv1d.cu reads and notes these) ---------------------- */
+
+static atomic_int forced_kernel[2];
+static _Thread_local tg_conv1d_kernel last_kernel[2];
+
+const char *tg_conv1d_kernel_name(tg_conv1d_kernel kernel)
+{
+    static const char *const names[TG_CONV1D_KERNELS] = {
+        "auto",   "row-direct",          "row-grouped", "row-side-by-side", "row-staged", "row-tensor-cores",
+        "stream", "stream-tensor-cores", "tile"};
+    return kernel >= 0 && kernel < TG_CONV1D_KERNELS ? names[kernel] : "?";
+}
+
+bool tg_conv1d_pass_has(tg_conv1d_pass pass, tg_conv1d_kernel kernel)
+{
+    if (kernel <= TG_CONV1D_AUTO || kernel >= TG_CONV1D_KERNELS) return false;
+    if (pass == TG_CONV1D_FORWARD) return kernel != TG_CONV1D_ROW_TENSOR_CORES;
+    return kernel != TG_CONV1D_ROW_DIRECT && kernel != TG_CONV1D_ROW_GROUPED;
+}
+
+void tg_cuda_conv1d_force_kernel(tg_conv1d_pass pass, tg_conv1d_kernel kernel)
+{
+    atomic_store(&forced_kernel[pass == TG_CONV1D_BACKWARD], (int)kernel);
+}
+
+tg_conv1d_kernel tg_cuda_conv1d_forced_kernel(tg_conv1d_pass pass)
+{
+    return (tg_conv1d_kernel)atomic_load(&forced_kernel[pass == TG_CONV1D_BACKWARD]);
+}
+
+void tg_cuda_conv1d_note_kernel(tg_conv1d_pass pass, tg_conv1d_kernel kernel)
+{
+    last_kernel[pass == TG_CONV1D_BACKWARD] = kernel;
+}
+
+tg_conv1d_kernel tg_cuda_conv1d_last_kernel(tg_conv1d_pass pass) { return last_kernel[pass == TG_CONV1D_BACKWARD]; }

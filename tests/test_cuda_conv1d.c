@@ -6,6 +6,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 typedef enum { LAYOUT_CHANNEL_FIRST, LAYOUT_CHANNEL_LAST, LAYOUT_STRIDED, LAYOUT_MISALIGNED } layout;
 static const char *const layout_names[] = {"channel-first", "channel-last", "strided", "misaligned"};
@@ -63,18 +64,27 @@ static void describe(const conv_case *cc, char *buf, size_t size)
 
 /* Runs the conv on the given inputs and backward from out (and final states) with the given
  * output gradients. inputs: x, w, bias, init; grads: dout, dfinal. */
+/* Whether a failed CUDA conv may be a forced kernel refusing the call (then run gives NULL). */
+static bool refusal_expected;
+
+static bool refused(void)
+{
+    cr_assert(refusal_expected && strstr(tg_last_error(), "cannot take"), "%s", tg_last_error());
+    return true;
+}
+
 static tg_tensor *run(tg_tape *tape, const conv_case *cc, tg_tensor *const *in, tg_tensor *const *grads,
                       tg_tensor **final_states)
 {
     tg_causal_conv1d_options opt = {cc->bias ? in[2] : NULL, cc->initial ? in[3] : NULL,
                                     cc->silu ? TG_ACT_SILU : TG_ACT_NONE, cc->final ? final_states : NULL};
     tg_tensor *out = tg_causal_conv1d(tape, in[0], in[1], &opt);
-    cr_assert(out, "%s", tg_last_error());
+    if (!out && refused()) return NULL;
     /* loss = Σ out·dout (+ Σ final·dfinal): its gradient seeds both outputs at once */
     tg_tensor *loss = tg_sum_all(tape, tg_mul(tape, out, grads[0]));
     if (cc->final) loss = tg_add(tape, loss, tg_sum_all(tape, tg_mul(tape, *final_states, grads[1])));
     cr_assert(loss, "%s", tg_last_error());
-    cr_assert_eq(tg_backward(tape, loss), TG_OK, "%s", tg_last_error());
+    if (tg_backward(tape, loss) != TG_OK && refused()) return NULL;
     return out;
 }
 
@@ -88,6 +98,7 @@ static void run_case(tg_tape *tape, const conv_case *cc, tg_tensor *const *in, t
 {
     tg_tensor *final_states = NULL;
     results[R_OUT] = run(tape, cc, in, grads, &final_states);
+    if (!results[R_OUT]) return; /* refused */
     results[R_FINAL] = cc->final && cc->K > 1 ? final_states : NULL;
     for (int i = 0; i < 4; i++) {
         bool used = i < 2 || (i == 2 && cc->bias) || (i == 3 && cc->initial && cc->K > 1);
@@ -123,7 +134,8 @@ static void term_magnitudes(tg_tape *tape, conv_case cc, tg_tensor *const *in, t
  * legitimately a large relative error. A wrong result still misses by whole terms: a wrong
  * tap or a shift by one step by thousands of times the float32 limit, and even one step
  * left out of every row's sums by several times it at the longest rows here. */
-static void check_case(conv_case cc)
+/* check_case's work; false (nothing checked) when a forced kernel refused the call. */
+static bool try_case(conv_case cc)
 {
     char what[160], item[200];
     describe(&cc, what, sizeof what);
@@ -139,6 +151,10 @@ static void check_case(conv_case cc)
     tg_tensor *on_cpu[N_RESULTS], *on_gpu[N_RESULTS], *terms[N_RESULTS];
     run_case(tape, &cc, cpu, gcpu, on_cpu);
     run_case(tape, &cc, gpu, ggpu, on_gpu);
+    if (!on_gpu[R_OUT]) {
+        tg_tape_free(tape);
+        return false;
+    }
     term_magnitudes(tape, cc, cpu, gcpu, terms);
     cr_assert_eq(on_gpu[R_OUT]->device, TG_DEVICE_CUDA);
     if (cc.lay == LAYOUT_CHANNEL_LAST && cc.C > 1 && cc.L > 1)
@@ -149,7 +165,10 @@ static void check_case(conv_case cc)
         cu_assert_within_terms(tape, item, on_gpu[r], on_cpu[r], terms[r]);
     }
     tg_tape_free(tape);
+    return true;
 }
+
+static void check_case(conv_case cc) { cr_assert(try_case(cc)); }
 
 static conv_case random_case(tg_dtype dtype)
 {
@@ -703,5 +722,122 @@ Test(cuda_conv1d, mixed_devices_are_rejected)
     tg_tensor *w17 = tt_cuda_twin(tape, tt_randn(tape, TG_F32, 2, (int64_t[]){3, 17}), false);
     s = tt_snapshot(tape);
     tt_assert_failed_with(&s, tg_causal_conv1d(tape, xg, w17, NULL), "tg_causal_conv1d", "K up to 16", NULL);
+    tg_tape_free(tape);
+}
+
+/* ---- the selection table (kernels/cuda/conv1d.cu) ---------------------------------------------- */
+
+static const tg_conv1d_pass passes[2] = {TG_CONV1D_FORWARD, TG_CONV1D_BACKWARD};
+static const char *const pass_names[2] = {"forward", "backward"};
+
+/* A shape for each row of the table, and the kernels the table gives it. With a moved
+ * threshold a shape reaches another kernel, and the test says which: then move the shape, so
+ * that no kernel is left untested. */
+Test(cuda_conv1d, every_kernel_is_reached)
+{
+    tt_require_cuda();
+    const struct {
+        conv_case cc;
+        tg_conv1d_kernel kernels[2]; /* forward, backward */
+    } table[] = {
+        {{2, 3, 1024, 16, LAYOUT_CHANNEL_FIRST, TG_F32, true, true, false, true},
+         {TG_CONV1D_ROW_STAGED, TG_CONV1D_ROW_STAGED}},
+        {{8, 3, 32, 4, LAYOUT_CHANNEL_FIRST, TG_F32, true, true, false, true},
+         {TG_CONV1D_ROW_SIDE_BY_SIDE, TG_CONV1D_ROW_SIDE_BY_SIDE}},
+        {{5, 6, 512, 4, LAYOUT_CHANNEL_FIRST, TG_BF16, true, true, false, true},
+         {TG_CONV1D_ROW_GROUPED, TG_CONV1D_ROW_STAGED}},
+        {{2, 3, 1000, 4, LAYOUT_CHANNEL_FIRST, TG_F32, true, true, true, true},
+         {TG_CONV1D_ROW_DIRECT, TG_CONV1D_ROW_STAGED}},
+        {{2, 3, 1024, 8, LAYOUT_CHANNEL_FIRST, TG_BF16, true, true, false, true},
+         {TG_CONV1D_ROW_GROUPED, TG_CONV1D_ROW_TENSOR_CORES}},
+        {{2, 64, 300, 16, LAYOUT_CHANNEL_LAST, TG_BF16, true, true, true, true},
+         {TG_CONV1D_STREAM_TENSOR_CORES, TG_CONV1D_STREAM_TENSOR_CORES}},
+        {{2, 64, 300, 4, LAYOUT_CHANNEL_LAST, TG_F32, true, true, true, true}, {TG_CONV1D_STREAM, TG_CONV1D_STREAM}},
+        {{2, 5, 40, 4, LAYOUT_STRIDED, TG_F32, true, true, true, true}, {TG_CONV1D_TILE, TG_CONV1D_TILE}},
+    };
+    bool reached[2][TG_CONV1D_KERNELS] = {{false}};
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+        char what[160];
+        describe(&table[i].cc, what, sizeof what);
+        check_case(table[i].cc);
+        for (int p = 0; p < 2; p++) {
+            const tg_conv1d_kernel ran = tg_cuda_conv1d_last_kernel(passes[p]);
+            cr_expect_eq(ran, table[i].kernels[p], "%s: the %s ran %s, the table says %s", what, pass_names[p],
+                         tg_conv1d_kernel_name(ran), tg_conv1d_kernel_name(table[i].kernels[p]));
+            reached[p][ran] = true;
+        }
+    }
+    for (int p = 0; p < 2; p++)
+        for (int k = 1; k < TG_CONV1D_KERNELS; k++)
+            if (tg_conv1d_pass_has(passes[p], (tg_conv1d_kernel)k))
+                cr_expect(reached[p][k], "no shape reaches the %s kernel %s", pass_names[p],
+                          tg_conv1d_kernel_name((tg_conv1d_kernel)k));
+}
+
+/* Every kernel forced onto every shape of a pool that it can take (at least two each), and
+ * held to the CPU there: shapes the table gives other kernels, so each kernel is also checked
+ * beyond the region it is chosen for. */
+Test(cuda_conv1d, every_kernel_forced_is_correct)
+{
+    tt_require_cuda();
+    const conv_case pool[] = {
+        {2, 3, 32, 4, LAYOUT_CHANNEL_FIRST, TG_F32, true, true, false, true},
+        {2, 3, 1024, 16, LAYOUT_CHANNEL_FIRST, TG_F32, true, false, false, true},
+        {3, 4, 512, 4, LAYOUT_CHANNEL_FIRST, TG_BF16, true, true, false, false},
+        {2, 3, 2048, 8, LAYOUT_CHANNEL_FIRST, TG_BF16, false, true, false, true},
+        {1, 2, 2048, 16, LAYOUT_CHANNEL_FIRST, TG_BF16, true, true, true, true},
+        {4, 2, 64, 8, LAYOUT_CHANNEL_FIRST, TG_F16, true, true, false, true},
+        {2, 3, 100, 4, LAYOUT_MISALIGNED, TG_BF16, true, true, true, false},
+        {2, 64, 300, 4, LAYOUT_CHANNEL_LAST, TG_F32, true, true, true, true},
+        {2, 64, 300, 8, LAYOUT_CHANNEL_LAST, TG_F16, false, true, false, true},
+        {2, 64, 300, 16, LAYOUT_CHANNEL_LAST, TG_BF16, true, true, true, true},
+        {1, 32, 64, 12, LAYOUT_CHANNEL_LAST, TG_F16, true, true, false, true},
+        {1, 32, 200, 10, LAYOUT_CHANNEL_LAST, TG_BF16, true, false, true, true},
+        {2, 5, 40, 3, LAYOUT_STRIDED, TG_F32, true, true, true, true},
+    };
+    refusal_expected = true;
+    for (int p = 0; p < 2; p++)
+        for (int k = 1; k < TG_CONV1D_KERNELS; k++) {
+            const tg_conv1d_kernel kernel = (tg_conv1d_kernel)k;
+            if (!tg_conv1d_pass_has(passes[p], kernel)) continue;
+            tg_cuda_conv1d_force_kernel(passes[p], kernel);
+            int taken = 0;
+            for (size_t i = 0; i < sizeof pool / sizeof pool[0]; i++) {
+                if (!try_case(pool[i])) continue;
+                taken++;
+                cr_expect_eq(tg_cuda_conv1d_last_kernel(passes[p]), kernel, "%s forced to %s ran %s", pass_names[p],
+                             tg_conv1d_kernel_name(kernel),
+                             tg_conv1d_kernel_name(tg_cuda_conv1d_last_kernel(passes[p])));
+            }
+            cr_expect(taken >= 2, "the %s kernel %s took %d of the pool's shapes", pass_names[p],
+                      tg_conv1d_kernel_name(kernel), taken);
+            tg_cuda_conv1d_force_kernel(passes[p], TG_CONV1D_AUTO);
+        }
+}
+
+/* A forced kernel that cannot take a call refuses it, naming itself and the reason, and
+ * writes nothing: the tape and the inputs' gradients are as before. */
+Test(cuda_conv1d, a_forced_kernel_refuses_what_it_cannot_take)
+{
+    tt_require_cuda();
+    tg_tape *tape = tg_tape_create();
+    tg_tensor *x = tt_cuda_twin(tape, tt_randn(tape, TG_F32, 3, (int64_t[]){2, 8, 64}), false);
+    tg_tensor *w = tt_cuda_twin(tape, tt_randn(tape, TG_F32, 2, (int64_t[]){8, 4}), false);
+    cr_assert_eq(tg_set_requires_grad(x, true), TG_OK);
+    const size_t nodes = tg_tape_node_count(tape);
+    tg_cuda_conv1d_force_kernel(TG_CONV1D_FORWARD, TG_CONV1D_STREAM);
+    cr_assert_null(tg_causal_conv1d(tape, x, w, NULL));
+    cr_assert(strstr(tg_last_error(), "tg_causal_conv1d") && strstr(tg_last_error(), "stream") &&
+                  strstr(tg_last_error(), "channel-last"),
+              "%s", tg_last_error());
+    cr_assert_eq(tg_tape_node_count(tape), nodes);
+    tg_cuda_conv1d_force_kernel(TG_CONV1D_FORWARD, TG_CONV1D_AUTO);
+    tg_cuda_conv1d_force_kernel(TG_CONV1D_BACKWARD, TG_CONV1D_ROW_TENSOR_CORES);
+    tg_tensor *out = tg_causal_conv1d(tape, x, w, NULL);
+    cr_assert(out, "%s", tg_last_error());
+    cr_assert_neq(tg_backward(tape, tg_sum_all(tape, out)), TG_OK);
+    cr_assert(strstr(tg_last_error(), "row-tensor-cores") && strstr(tg_last_error(), "bf16"), "%s", tg_last_error());
+    const tg_tensor *dx = cu_host(tape, x->grad);
+    for (int64_t i = 0; i < tg_numel(dx); i++) cr_assert_eq(((const float *)tg_data(dx))[i], 0.0f, "dx written");
     tg_tape_free(tape);
 }

@@ -23,6 +23,33 @@
 // The backward writes per-block partials of dw and dbias to a workspace, and a second small
 // kernel sums them per channel in a fixed order: no atomics, bitwise-repeatable gradients.
 //
+// Which kernel runs: the selection table, first match wins (forward_kernel_for and
+// backward_kernel_for; the kernels' names are tg_conv1d_kernel's). "Rows" means x, out (and
+// dout, dx) with stride 1 along L; "streams" channel-last data (stride 1 along C), 16-byte
+// aligned, C a multiple of 16 bytes. A thread's steps: 8 in f32, 16 in 16-bit data (a warp's:
+// 256 and 512, a block's: 1024 and 2048).
+//   forward
+//     row-staged           rows of a whole block, x aligned, at f32 K 9–16 and bf16 K 9–16
+//                          (the latter on tensor cores); at 16-bit K 5–16 also from 8192 steps
+//     row-side-by-side     aligned rows shorter than a warp's steps (or exactly a warp's in f32
+//                          and 16-bit K ≤ 2), a multiple of a thread's steps, K − 1 ≤ a thread's
+//     row-grouped          16-bit K ≥ 3, aligned rows of one pass, a multiple of 16 steps
+//     row-direct           any other rows
+//     stream-tensor-cores  streams at 16-bit K 9–16
+//     stream               streams at any other K and dtype
+//     tile                 everything else (strided, misaligned, C not a multiple of 16 bytes)
+//   backward
+//     row-tensor-cores     bf16 rows of at least 1024 steps at K ≥ 5
+//     row-side-by-side     aligned rows shorter than a warp's steps, without initial states
+//     row-staged           any other rows
+//     stream-tensor-cores  streams at bf16 K 9–16 (where tensor maps of x and dout can be made)
+//     stream               streams at any other K and dtype
+//     tile                 everything else
+// Each rule is the faster kernel where both could run (the comments at the predicates give
+// the measurements' gist; docs/benchmarks.md the figures). tg_cuda_conv1d_force_kernel makes
+// a pass run one kernel wherever it can (tests reach every kernel so), and
+// tg_cuda_conv1d_last_kernel says which one ran.
+//
 // K is a template bucket KB ∈ {2, 3, 4, 8, 16} (any K ≤ KB runs in its bucket: the missing
 // look-back taps have weight 0), so the tap loops unroll and the windows stay in registers.
 //
@@ -540,77 +567,179 @@ mma_backward_plan make_mma_backward_plan(const conv_args &a, const tg_tensor *dx
     return plan;
 }
 
-template <typename T, int KB> tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *final_states)
+// ---- choosing the kernels ------------------------------------------------------------------------------
+
+tg_status cannot_take(const char *op, tg_conv1d_kernel kernel, const conv_args &a, const char *why)
 {
-    const char *op = "tg_causal_conv1d";
-    conv_args a = make_args(in, out, NULL, NULL);
-    if (time_contiguous(in->x) && time_contiguous(out)) {
-        const int threads = row_threads(a.L, row_ept<T>());
-        constexpr bool kMayStage = forward_may_stage<T, KB>();
-        bool staged = false;
-        if constexpr (kMayStage)
-            staged = (a.L >= kStagedForwardMinL || (forward_stages_full_blocks<T, KB>() && threads == kBlock)) &&
-                     rows_aligned(in->x, vec_width<T>());
-        if (staged) {
+    return tg_set_error(TG_ERR_INVALID,
+                        "%s: the forced CUDA kernel %s cannot take (B, C, L) = (%lld, %lld, %lld), K = %d, %s: %s", op,
+                        tg_conv1d_kernel_name(kernel), (long long)a.B, (long long)a.C, (long long)a.L, a.K,
+                        tg_dtype_name((tg_dtype)a.dtype), why);
+}
+
+// The staged forward takes the rows (rows of whole blocks with aligned x; forward_may_stage).
+template <typename T, int KB> bool forward_can_stage(const conv_args &a, const tg_tensor *x)
+{
+    return forward_may_stage<T, KB>() && row_threads(a.L, row_ept<T>()) == kBlock && rows_aligned(x, vec_width<T>());
+}
+
+// The grouped direct forward takes the rows: rows of one pass, of whole aligned vectors, in
+// a grid of C × ⌈B / rows⌉ (direct_forward_rows).
+template <typename T, int KB> bool forward_groups_rows(const conv_args &a, const tg_tensor *x, const tg_tensor *out)
+{
+    constexpr int kRows = direct_forward_rows<T, KB>();
+    const row_plan plan = make_row_fwd_direct_plan<T>(a, x, out, row_threads(a.L, row_ept<T>()));
+    return kRows > 1 && plan.chunks == 1 && plan.passes == 1 && plan.vec_x && a.L % row_ept<T>() == 0 &&
+           (a.B + kRows - 1) / kRows <= 65535 && a.C <= INT32_MAX;
+}
+
+// The forward's row of the selection table for this call.
+template <typename T, int KB>
+tg_conv1d_kernel forward_kernel_for(const conv_args &a, const tg_tensor *x, const tg_tensor *out)
+{
+    if (time_contiguous(x) && time_contiguous(out)) {
+        if (forward_can_stage<T, KB>(a, x) && (a.L >= kStagedForwardMinL || forward_stages_full_blocks<T, KB>()))
+            return TG_CONV1D_ROW_STAGED;
+        if (forward_rows_side_by_side<T, KB>(a, x)) return TG_CONV1D_ROW_SIDE_BY_SIDE;
+        return forward_groups_rows<T, KB>(a, x, out) ? TG_CONV1D_ROW_GROUPED : TG_CONV1D_ROW_DIRECT;
+    }
+    if (forward_stream_on_tensor_cores<T, KB>())
+        return streams_take<T, 1>(a, x, NULL, out) ? TG_CONV1D_STREAM_TENSOR_CORES : TG_CONV1D_TILE;
+    return streams_take<T, stream_forward_cpt<T, KB>()>(a, x, NULL, out) ? TG_CONV1D_STREAM : TG_CONV1D_TILE;
+}
+
+// Why the forward kernel cannot take this call, or NULL when it can.
+template <typename T, int KB>
+const char *forward_refusal(tg_conv1d_kernel kernel, const conv_args &a, const tg_tensor *x, const tg_tensor *out)
+{
+    const bool rows = time_contiguous(x) && time_contiguous(out);
+    const char *not_rows = "it wants x and out with stride 1 along L";
+    switch (kernel) {
+    case TG_CONV1D_ROW_DIRECT: return rows ? NULL : not_rows;
+    case TG_CONV1D_ROW_GROUPED:
+        return !rows                                   ? not_rows
+               : forward_groups_rows<T, KB>(a, x, out) ? NULL
+                                                       : "it takes aligned 16-bit rows of one pass at K >= 3";
+    case TG_CONV1D_ROW_SIDE_BY_SIDE:
+        return !rows ? not_rows
+               : forward_rows_side_by_side<T, KB>(a, x)
+                   ? NULL
+                   : "it takes aligned rows shorter than a warp's steps, whose halo lies in one thread's steps";
+    case TG_CONV1D_ROW_STAGED:
+        return !rows ? not_rows
+               : forward_can_stage<T, KB>(a, x)
+                   ? NULL
+                   : "it takes aligned rows of a whole block, 16-bit at K >= 5 or f32 at K >= 9";
+    case TG_CONV1D_STREAM_TENSOR_CORES:
+        return forward_stream_on_tensor_cores<T, KB>() && streams_take<T, 1>(a, x, NULL, out)
+                   ? NULL
+                   : "it takes aligned channel-last 16-bit data at K >= 9";
+    case TG_CONV1D_STREAM:
+        return !forward_stream_on_tensor_cores<T, KB>() && streams_take<T, stream_forward_cpt<T, KB>()>(a, x, NULL, out)
+                   ? NULL
+                   : "it takes aligned channel-last data with C a multiple of 16 bytes (16-bit data: K <= 8)";
+    case TG_CONV1D_TILE: return NULL;
+    default: return "it is not a forward kernel";
+    }
+}
+
+// The forward's kernel for this call: the forced one (NULL and the error set when it cannot
+// take the call), else the table's; recorded for tg_cuda_conv1d_last_kernel.
+template <typename T, int KB>
+bool pick_forward(const conv_args &a, const tg_tensor *x, const tg_tensor *out, tg_conv1d_kernel *kernel)
+{
+    *kernel = tg_cuda_conv1d_forced_kernel(TG_CONV1D_FORWARD);
+    if (*kernel == TG_CONV1D_AUTO) {
+        *kernel = forward_kernel_for<T, KB>(a, x, out);
+    } else if (const char *why = forward_refusal<T, KB>(*kernel, a, x, out)) {
+        cannot_take("tg_causal_conv1d", *kernel, a, why);
+        return false;
+    }
+    tg_cuda_conv1d_note_kernel(TG_CONV1D_FORWARD, *kernel);
+    return true;
+}
+
+template <typename T, int KB>
+tg_status launch_row_forward(tg_conv1d_kernel kernel, const conv_args &a, const tg_tensor *x, const tg_tensor *out)
+{
+    const int threads = row_threads(a.L, row_ept<T>());
+    if (kernel == TG_CONV1D_ROW_STAGED) {
+        if constexpr (forward_may_stage<T, KB>()) {
             using S = row_shape<T, KB>;
-            row_plan plan = make_row_plan<T>(a, in->x, out, NULL, threads, row_ept<T>(), S::H, 0);
+            row_plan plan = make_row_plan<T>(a, x, out, NULL, threads, row_ept<T>(), S::H, 0);
             if (!fits_row_grid(a, plan)) return too_large(a);
-            if constexpr (kMayStage) {
-                auto kernel = a.silu ? row_fwd_staged<T, KB, true> : row_fwd_staged<T, KB, false>;
-                static bool carveout_set[2]; // forward_with is one per T, KB
-                prefer_fewer_resident_blocks(kernel, carveout_set[a.silu]);
-                kernel<<<(unsigned)(a.C * plan.chunks), threads>>>(a, plan);
-            }
-        } else if (const int rows = forward_rows_side_by_side<T, KB>(a, in->x)) {
-            if constexpr (KB - 1 <= row_ept<T>()) {
-                const int64_t groups = (a.B + rows - 1) / rows;
-                const dim3 grid((unsigned)a.C, (unsigned)groups);
-                row_fwd_side_by_side<T, KB>
-                    <<<grid, row_threads(rows * a.L, row_ept<T>())>>>(a, rows, rows_aligned(out, vec_width<T>()));
-            }
-        } else {
-            row_plan plan = make_row_fwd_direct_plan<T>(a, in->x, out, threads);
-            // Rows of one pass whose every thread loads whole vectors (row_fwd_direct_rows).
-            constexpr int kRows = direct_forward_rows<T, KB>();
-            const int64_t groups = (a.B + kRows - 1) / kRows; // the grid's y: at most 65535
-            const bool by_rows = kRows > 1 && plan.chunks == 1 && plan.passes == 1 && plan.vec_x &&
-                                 a.L % row_ept<T>() == 0 && groups <= 65535 && a.C <= INT32_MAX;
-            if (!by_rows) {
-                const int64_t blocks = a.B * a.C * plan.chunks;
-                if (blocks > INT32_MAX) return too_large(a);
-                row_fwd_direct<T, KB><<<(unsigned)blocks, threads>>>(a, plan);
-            } else if constexpr (kRows > 1) { // compiled only where rows are grouped
-                row_fwd_direct_grouped<T, KB, kRows><<<dim3((unsigned)a.C, (unsigned)groups), threads>>>(a, plan.vec_y);
-            }
+            auto staged = a.silu ? row_fwd_staged<T, KB, true> : row_fwd_staged<T, KB, false>;
+            static bool carveout_set[2]; // one per T, KB
+            prefer_fewer_resident_blocks(staged, carveout_set[a.silu]);
+            staged<<<(unsigned)(a.C * plan.chunks), threads>>>(a, plan);
         }
-    } else if (forward_stream_on_tensor_cores<T, KB>() && streams_take<T, 1>(a, in->x, NULL, out)) {
+    } else if (kernel == TG_CONV1D_ROW_SIDE_BY_SIDE) {
+        if constexpr (KB - 1 <= row_ept<T>()) {
+            const int rows = forward_rows_side_by_side<T, KB>(a, x);
+            const dim3 grid((unsigned)a.C, (unsigned)((a.B + rows - 1) / rows));
+            row_fwd_side_by_side<T, KB>
+                <<<grid, row_threads(rows * a.L, row_ept<T>())>>>(a, rows, rows_aligned(out, vec_width<T>()));
+        }
+    } else if (kernel == TG_CONV1D_ROW_GROUPED) {
+        constexpr int kRows = direct_forward_rows<T, KB>();
+        if constexpr (kRows > 1) { // compiled only where rows are grouped
+            const dim3 grid((unsigned)a.C, (unsigned)((a.B + kRows - 1) / kRows));
+            row_fwd_direct_grouped<T, KB, kRows><<<grid, threads>>>(a, rows_aligned(out, vec_width<T>()));
+        }
+    } else {
+        row_plan plan = make_row_fwd_direct_plan<T>(a, x, out, threads);
+        const int64_t blocks = a.B * a.C * plan.chunks;
+        if (blocks > INT32_MAX) return too_large(a);
+        row_fwd_direct<T, KB><<<(unsigned)blocks, threads>>>(a, plan);
+    }
+    return TG_OK;
+}
+
+template <typename T, int KB>
+tg_status launch_stream_forward(tg_conv1d_kernel kernel, const conv_args &a, const tg_tensor *out)
+{
+    if (kernel == TG_CONV1D_STREAM_TENSOR_CORES) {
         if constexpr (forward_stream_on_tensor_cores<T, KB>()) {
             stream_plan plan = make_mma_stream_plan<T>(a, out);
             if (!fits_stream_grid(a, plan)) return too_large(a);
-            auto kernel = a.silu ? stream_fwd_mma<T, true> : stream_fwd_mma<T, false>;
-            static bool shared_set[2]; // forward_with is one per T, KB
+            auto mma = a.silu ? stream_fwd_mma<T, true> : stream_fwd_mma<T, false>;
+            static bool shared_set[2]; // one per T, KB
             // Past the 48 KB a launch gets without asking (if refused, the launch fails and says so).
-            set_attribute_once(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, mma_stream_shape::BLOCK_BYTES,
+            set_attribute_once(mma, cudaFuncAttributeMaxDynamicSharedMemorySize, mma_stream_shape::BLOCK_BYTES,
                                shared_set[a.silu]);
             // x's and y's tiles by the copy engine where their tensor maps can be made (rows of fewer
             // than 2^31 − 256 steps); else by every lane.
             CUtensorMap x_map = {}, y_map = {};
             const bool by_tensors = channel_last_box_map(a.x, a, &x_map) && channel_last_box_map(a.y, a, &y_map);
-            kernel<<<stream_grid(a, plan), kBlock, mma_stream_shape::BLOCK_BYTES>>>(a, plan, x_map, y_map, by_tensors);
+            mma<<<stream_grid(a, plan), kBlock, mma_stream_shape::BLOCK_BYTES>>>(a, plan, x_map, y_map, by_tensors);
         }
-    } else if (streams_take<T, stream_forward_cpt<T, KB>()>(a, in->x, NULL, out)) {
-        if constexpr (!forward_stream_on_tensor_cores<T, KB>()) { // (those took the branch above)
-            stream_plan plan = make_stream_plan<T, stream_forward_cpt<T, KB>()>(
-                a, out, stream_most_warps_across<false>(), stream_forward_longest_segment<T, KB>());
-            if (!fits_stream_grid(a, plan)) return too_large(a);
-            stream_fwd<T, KB><<<stream_grid(a, plan), kBlock>>>(a, plan);
-        }
-    } else {
+    } else if constexpr (!forward_stream_on_tensor_cores<T, KB>()) {
+        stream_plan plan = make_stream_plan<T, stream_forward_cpt<T, KB>()>(a, out, stream_most_warps_across<false>(),
+                                                                            stream_forward_longest_segment<T, KB>());
+        if (!fits_stream_grid(a, plan)) return too_large(a);
+        stream_fwd<T, KB><<<stream_grid(a, plan), kBlock>>>(a, plan);
+    }
+    return TG_OK;
+}
+
+template <typename T, int KB> tg_status forward_with(const tg_conv1d_args *in, tg_tensor *out, tg_tensor *final_states)
+{
+    const char *op = "tg_causal_conv1d";
+    conv_args a = make_args(in, out, NULL, NULL);
+    tg_conv1d_kernel kernel;
+    if (!pick_forward<T, KB>(a, in->x, out, &kernel)) return TG_ERR_INVALID;
+    tg_status status;
+    if (kernel == TG_CONV1D_STREAM || kernel == TG_CONV1D_STREAM_TENSOR_CORES) {
+        status = launch_stream_forward<T, KB>(kernel, a, out);
+    } else if (kernel == TG_CONV1D_TILE) {
         tile_plan plan = make_tile_plan<T>(a, in->x, NULL, out);
         if (!fits_tile_grid(a, plan)) return too_large(a);
         tile_fwd<T, KB><<<tile_grid(a, plan), kBlock>>>(a, plan);
+        status = TG_OK;
+    } else {
+        status = launch_row_forward<T, KB>(kernel, a, in->x, out);
     }
-    tg_status status = tg_cuda_check_launch(op);
+    if (status == TG_OK) status = tg_cuda_check_launch(op);
     if (status == TG_OK && final_states && a.K > 1) {
         final_states_kernel<T><<<tg_blocks_for(a.B * a.C * (a.K - 1)), TG_THREADS>>>(a, t3_of(final_states));
         status = tg_cuda_check_launch(op);
@@ -650,34 +779,100 @@ bool backward_takes_whole_lists(const conv_args &a, const row_plan &plan, Kernel
     return a.C <= tg_cuda_resident_blocks(kernel, threads, shared);
 }
 
+// The backward's row of the selection table for this call. For the tensor-core stream
+// backward it makes the tensor maps of x and dout (into the plan's maps).
+template <typename T, int KB>
+tg_conv1d_kernel backward_kernel_for(const conv_args &a, const tg_conv1d_args *in, const tg_tensor *dout,
+                                     const tg_tensor *dx, CUtensorMap *x_map, CUtensorMap *d_map)
+{
+    if (time_contiguous(in->x) && time_contiguous(dout) && time_contiguous(dx)) {
+        // Rows shorter than one warp's pass of the tensor-core backward (1024 steps) would leave
+        // most of its lanes idle: they take the float backward, which measured faster there; from
+        // L = 1024 on the tensor cores stay ahead (docs/benchmarks.md).
+        if (backward_on_tensor_cores<T, KB>() && a.L >= 32 * kTensorCoreStepsPerThread)
+            return TG_CONV1D_ROW_TENSOR_CORES;
+        return rows_side_by_side<T, KB>(a, in->x, dout) > 1 ? TG_CONV1D_ROW_SIDE_BY_SIDE : TG_CONV1D_ROW_STAGED;
+    }
+    if (!streams_take<T, stream_backward_cpt<T, KB>()>(a, in->x, dout, dx)) return TG_CONV1D_TILE;
+    if (!backward_stream_on_tensor_cores<T, KB>()) return TG_CONV1D_STREAM;
+    // bf16 at K = 9–16: the tensor cores, whose tiles come in by the copy engine through tensor
+    // maps of x and dout; where a map cannot be made (rows of more than 2^31 − 256 steps), the
+    // tile kernel (the float stream kernel is not built for them).
+    return channel_last_box_map(a.x, a, x_map) && channel_last_box_map(a.y, a, d_map) ? TG_CONV1D_STREAM_TENSOR_CORES
+                                                                                      : TG_CONV1D_TILE;
+}
+
+// Why the backward kernel cannot take this call, or NULL when it can (as above, the tensor
+// maps made for the tensor-core stream backward).
+template <typename T, int KB>
+const char *backward_refusal(tg_conv1d_kernel kernel, const conv_args &a, const tg_conv1d_args *in,
+                             const tg_tensor *dout, const tg_tensor *dx, CUtensorMap *x_map, CUtensorMap *d_map)
+{
+    const bool rows = time_contiguous(in->x) && time_contiguous(dout) && time_contiguous(dx);
+    const bool streams = !rows && streams_take<T, stream_backward_cpt<T, KB>()>(a, in->x, dout, dx);
+    const char *not_rows = "it wants x, dout and dx with stride 1 along L";
+    switch (kernel) {
+    case TG_CONV1D_ROW_STAGED: return rows ? NULL : not_rows;
+    case TG_CONV1D_ROW_SIDE_BY_SIDE:
+        return !rows ? not_rows
+               : rows_side_by_side<T, KB>(a, in->x, dout) > 1
+                   ? NULL
+                   : "it takes aligned rows shorter than a warp's steps, without initial states";
+    case TG_CONV1D_ROW_TENSOR_CORES:
+        return !rows ? not_rows
+               : backward_on_tensor_cores<T, KB>() && a.L >= 32 * kTensorCoreStepsPerThread
+                   ? NULL
+                   : "it takes bf16 rows of at least 1024 steps at K >= 5";
+    case TG_CONV1D_STREAM:
+        return streams && !backward_stream_on_tensor_cores<T, KB>()
+                   ? NULL
+                   : "it takes aligned channel-last data with C a multiple of 16 bytes (bf16: K <= 8)";
+    case TG_CONV1D_STREAM_TENSOR_CORES:
+        return streams && backward_stream_on_tensor_cores<T, KB>() && channel_last_box_map(a.x, a, x_map) &&
+                       channel_last_box_map(a.y, a, d_map)
+                   ? NULL
+                   : "it takes aligned channel-last bf16 data at K >= 9 with rows of fewer than 2^31 - 256 steps";
+    case TG_CONV1D_TILE: return NULL;
+    default: return "it is not a backward kernel";
+    }
+}
+
+template <typename T, int KB>
+bool pick_backward(const conv_args &a, const tg_conv1d_args *in, const tg_tensor *dout, const tg_tensor *dx,
+                   CUtensorMap *x_map, CUtensorMap *d_map, tg_conv1d_kernel *kernel)
+{
+    *kernel = tg_cuda_conv1d_forced_kernel(TG_CONV1D_BACKWARD);
+    if (*kernel == TG_CONV1D_AUTO) {
+        *kernel = backward_kernel_for<T, KB>(a, in, dout, dx, x_map, d_map);
+    } else if (const char *why = backward_refusal<T, KB>(*kernel, a, in, dout, dx, x_map, d_map)) {
+        cannot_take("tg_causal_conv1d backward", *kernel, a, why);
+        return false;
+    }
+    tg_cuda_conv1d_note_kernel(TG_CONV1D_BACKWARD, *kernel);
+    return true;
+}
+
 template <typename T, int KB>
 tg_status backward_kernels(const tg_conv1d_args *in, const tg_tensor *dout, const tg_tensor *dfinal, tg_tensor *dx,
                            tg_tensor *dweight, tg_tensor *dbias, tg_tensor *dinitial)
 {
     conv_args a = make_args(in, dout, dx, dfinal);
-    const bool rows = time_contiguous(in->x) && time_contiguous(dout) && time_contiguous(dx);
-    const bool streams = !rows && streams_take<T, stream_backward_cpt<T, KB>()>(a, in->x, dout, dx);
+    CUtensorMap x_map = {}, d_map = {}, dx_map = {};
+    tg_conv1d_kernel chosen;
+    if (!pick_backward<T, KB>(a, in, dout, dx, &x_map, &d_map, &chosen)) return TG_ERR_INVALID;
+    const bool tensor_cores = chosen == TG_CONV1D_ROW_TENSOR_CORES;
+    const bool rows = tensor_cores || chosen == TG_CONV1D_ROW_STAGED || chosen == TG_CONV1D_ROW_SIDE_BY_SIDE;
+    const bool mma_streams = chosen == TG_CONV1D_STREAM_TENSOR_CORES, float_streams = chosen == TG_CONV1D_STREAM;
     int64_t parts;
-    // Rows shorter than one warp's pass of the tensor-core backward (1024 steps) would leave
-    // most of its lanes idle: they take the float backward, which measured faster there; from
-    // L = 1024 on the tensor cores stay ahead (docs/benchmarks.md).
-    const bool tensor_cores = backward_on_tensor_cores<T, KB>() && a.L >= 32 * kTensorCoreStepsPerThread;
     const int steps_per_thread = tensor_cores ? kTensorCoreStepsPerThread : row_ept<T>();
     const int span_stages = tensor_cores ? kTensorCoreStages : kStages;
-    const int span_rows = tensor_cores ? 1 : rows_side_by_side<T, KB>(a, in->x, dout);
+    const int span_rows = chosen == TG_CONV1D_ROW_SIDE_BY_SIDE ? rows_side_by_side<T, KB>(a, in->x, dout) : 1;
     const int threads = row_threads(span_rows * a.L, steps_per_thread);
     const int span_len = row_span_len(span_rows, a.L, threads, steps_per_thread);
     row_plan rplan = {};
     stream_plan splan = {};
     mma_backward_plan mplan = {};
     tile_plan tplan = {};
-    // The streams' bf16 rows at K = 9–16 take the tensor cores, whose tiles come in by the copy
-    // engine through tensor maps of x and dout; where a map cannot be made (rows of more than
-    // 2^31 − 256 steps), the tile kernel (the float stream kernel is not built for them).
-    CUtensorMap x_map = {}, d_map = {}, dx_map = {};
-    const bool mma_streams = streams && backward_stream_on_tensor_cores<T, KB>() &&
-                             channel_last_box_map(a.x, a, &x_map) && channel_last_box_map(a.y, a, &d_map);
-    const bool float_streams = streams && !backward_stream_on_tensor_cores<T, KB>();
     void (*row_kernel)(conv_args, row_plan, float *) = NULL;
     const size_t row_shared = row_shape<T, KB>::backward_bytes(span_len, span_stages, span_rows); // span buffers
     if (rows) {
