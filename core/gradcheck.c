@@ -1,4 +1,5 @@
 /* core/gradcheck.c: analytic gradients against float64 central differences. */
+#include "core/check_report.h"
 #include "internal.h"
 #include "tapegrad/gradcheck.h"
 #include "tapegrad/rng.h"
@@ -75,78 +76,10 @@ static tg_status check_inputs(tg_gradcheck_fn fn, tg_tensor *const *inputs, int 
     return TG_OK;
 }
 
-/* What the failures of one input have in common, for the pattern summary. */
 typedef struct {
-    int64_t checked, failed;
-    bool directions;                 /* compared along random directions, not element by element */
-    int64_t first[TG_MAX_DIMS];      /* the first failing element's multi-index */
-    unsigned shared_dims;            /* bit d: every failure so far has first[d] along dimension d */
-    bool last_failed, others_failed; /* the input's last element failed; some other element did */
-    double low, high;                /* the range of the input's values at the failures */
-} failures;
-
-typedef struct {
-    tg_gradcheck_result *result;
+    tg_check_state report;
     const tg_gradcheck_options *opt;
-    failures *per_input;
 } check_state;
-
-/* The multi-index of a flat row-major index into t. */
-static void position_of(const tg_tensor *t, int64_t flat, int64_t *position)
-{
-    for (int d = t->ndim - 1; d >= 0; d--) {
-        int64_t n = t->shape[d] ? t->shape[d] : 1;
-        position[d] = flat % n;
-        flat /= n;
-    }
-}
-
-static void note_failure(failures *fl, const tg_tensor *x, int64_t index, double value)
-{
-    fl->failed++;
-    if (index < 0) return;
-    int64_t position[TG_MAX_DIMS];
-    position_of(x, index, position);
-    if (fl->failed == 1) {
-        memcpy(fl->first, position, sizeof position);
-        fl->shared_dims = (1u << x->ndim) - 1;
-        fl->low = fl->high = value;
-    }
-    for (int d = 0; d < x->ndim; d++)
-        if (position[d] != fl->first[d]) fl->shared_dims &= ~(1u << d);
-    if (index == tg_numel(x) - 1)
-        fl->last_failed = true;
-    else
-        fl->others_failed = true;
-    fl->low = fmin(fl->low, value), fl->high = fmax(fl->high, value);
-}
-
-/* Records one comparison of input `input` (at element index, or along direction when index
- * is -1; value is the input's value there), counting failures and keeping the worst. */
-static void compare(check_state *c, const tg_tensor *x, int input, int64_t index, int direction, double value,
-                    double analytic, double numeric)
-{
-    tg_gradcheck_result *result = c->result;
-    double ratio = fabs(analytic - numeric) / (c->opt->atol + c->opt->rtol * fabs(numeric));
-    if (isnan(ratio)) ratio = INFINITY;
-    result->n_checked++;
-    c->per_input[input].checked++;
-    c->per_input[input].directions = index < 0;
-    if (ratio > 1.0) {
-        result->n_failed++;
-        note_failure(&c->per_input[input], x, index, value);
-    }
-    if (result->worst_input >= 0 && ratio <= result->worst_ratio) return;
-    result->worst_input = input;
-    result->worst_index = index;
-    result->worst_direction = direction;
-    result->worst_input_value = index >= 0 ? value : NAN;
-    memset(result->worst_position, 0, sizeof result->worst_position);
-    if (index >= 0) position_of(x, index, result->worst_position);
-    result->analytic = analytic;
-    result->numeric = numeric;
-    result->worst_ratio = ratio;
-}
 
 static tg_status check_elements(checked_function *f, check_state *c, int input, const double *analytic)
 {
@@ -161,7 +94,7 @@ static tg_status check_elements(checked_function *f, check_state *c, int input, 
         if (status == TG_OK) status = evaluate(f, &minus);
         tg_set_flat(x, e, original);
         if (status != TG_OK) return status;
-        compare(c, x, input, e, 0, original, analytic[e], (plus - minus) / (2 * opt->eps));
+        tg_check_compare(&c->report, x, input, e, 0, original, analytic[e], (plus - minus) / (2 * opt->eps));
     }
     return TG_OK;
 }
@@ -192,7 +125,8 @@ static tg_status check_directions(checked_function *f, check_state *c, int input
         shift(x, original, direction, -opt->eps);
         if (status == TG_OK) status = evaluate(f, &minus);
         shift(x, original, direction, 0.0);
-        if (status == TG_OK) compare(c, x, input, -1, d, NAN, directional, (plus - minus) / (2 * opt->eps));
+        if (status == TG_OK)
+            tg_check_compare(&c->report, x, input, -1, d, NAN, directional, (plus - minus) / (2 * opt->eps));
     }
     free(original);
     free(direction);
@@ -219,62 +153,6 @@ static tg_status analytic_gradients(checked_function *f, double **grads)
     return TG_OK;
 }
 
-/* One input's failures in words, e.g. "inputs[0]: 3 of 12 elements, all with index 2 along
- * dimension 0, at input values from -0.9 to -0.1". */
-static void describe_failures(const failures *fl, const tg_tensor *x, int input, char *out, size_t size)
-{
-    int used = snprintf(out, size, "inputs[%d]: %lld of %lld %s", input, (long long)fl->failed, (long long)fl->checked,
-                        fl->directions ? "random directions" : "elements");
-    if (fl->directions || used < 0 || (size_t)used >= size) return;
-    if (fl->failed == fl->checked) {
-        snprintf(out + used, size - (size_t)used, " (every one)");
-        return;
-    }
-    if (fl->last_failed && !fl->others_failed) {
-        snprintf(out + used, size - (size_t)used, " (only the last one)");
-        return;
-    }
-    for (int d = 0; d < x->ndim && fl->failed > 1; d++)
-        if (fl->shared_dims >> d & 1) {
-            used += snprintf(out + used, size - (size_t)used, ", all with index %lld along dimension %d",
-                             (long long)fl->first[d], d);
-            if ((size_t)used >= size) return;
-        }
-    if (fl->low >= 0 || fl->high <= 0)
-        snprintf(out + used, size - (size_t)used, ", all at %s input values (%.3g to %.3g)",
-                 fl->high <= 0 ? "negative" : "positive", fl->low, fl->high);
-    else
-        snprintf(out + used, size - (size_t)used, ", at input values from %.3g to %.3g", fl->low, fl->high);
-}
-
-static void summarise(tg_gradcheck_result *result, const failures *per_input, tg_tensor *const *inputs, int n_inputs)
-{
-    result->passed = result->n_checked > 0 && result->n_failed == 0;
-    size_t used = 0;
-    for (int i = 0; i < n_inputs && used + 1 < sizeof result->pattern; i++) {
-        if (!per_input[i].failed) continue;
-        if (used) used += (size_t)snprintf(result->pattern + used, sizeof result->pattern - used, "; ");
-        if (used + 1 < sizeof result->pattern)
-            describe_failures(&per_input[i], inputs[i], i, result->pattern + used, sizeof result->pattern - used);
-        used = strlen(result->pattern);
-    }
-    char where[160];
-    const tg_tensor *x = result->worst_input >= 0 ? inputs[result->worst_input] : NULL;
-    if (result->worst_index >= 0 && x) {
-        char position[96];
-        tg_shape_str(x->ndim, result->worst_position, position, sizeof position);
-        snprintf(where, sizeof where, "inputs[%d]%s = %.6g", result->worst_input, position, result->worst_input_value);
-    } else {
-        snprintf(where, sizeof where, "inputs[%d] random direction %d", result->worst_input, result->worst_direction);
-    }
-    snprintf(result->message, sizeof result->message,
-             "gradcheck %s: %lld of %lld comparisons over the tolerance%s%s; worst at %s: analytic %.10g, numeric "
-             "%.10g (ratio %.3g)",
-             result->passed ? "passed" : "FAILED", (long long)result->n_failed, (long long)result->n_checked,
-             result->n_failed ? ": " : "", result->pattern, where, result->analytic, result->numeric,
-             result->worst_ratio);
-}
-
 tg_status tg_gradcheck(tg_gradcheck_fn fn, tg_tensor *const *inputs, int n_inputs, void *user_data,
                        const tg_gradcheck_options *options, tg_gradcheck_result *result)
 {
@@ -293,7 +171,7 @@ tg_status tg_gradcheck(tg_gradcheck_fn fn, tg_tensor *const *inputs, int n_input
 
     checked_function f = {fn, inputs, n_inputs, user_data, tg_tape_create()};
     double **grads = calloc((size_t)n_inputs, sizeof *grads);
-    failures *per_input = calloc((size_t)n_inputs, sizeof *per_input);
+    tg_check_failures *per_input = calloc((size_t)n_inputs, sizeof *per_input);
     if (!f.tape || !grads || !per_input) {
         tg_tape_free(f.tape);
         free(grads), free(per_input);
@@ -306,7 +184,7 @@ tg_status tg_gradcheck(tg_gradcheck_fn fn, tg_tensor *const *inputs, int n_input
     tg_tape_set_grad_enabled(f.tape, false);
     tg_rng rng;
     tg_rng_seed(&rng, opt.seed);
-    check_state c = {result, &opt, per_input};
+    check_state c = {{result, opt.atol, opt.rtol, per_input}, &opt};
     for (int i = 0; status == TG_OK && i < n_inputs; i++) {
         if (!inputs[i]->requires_grad) continue;
         if (tg_numel(inputs[i]) <= opt.max_elements_per_input)
@@ -314,7 +192,8 @@ tg_status tg_gradcheck(tg_gradcheck_fn fn, tg_tensor *const *inputs, int n_input
         else
             status = check_directions(&f, &c, i, grads[i], &rng);
     }
-    if (status == TG_OK) summarise(result, per_input, inputs, n_inputs);
+    const tg_check_words words = {"gradcheck", "analytic", "numeric", -1};
+    if (status == TG_OK) tg_check_summarise(result, per_input, (const tg_tensor *const *)inputs, n_inputs, &words);
     for (int i = 0; i < n_inputs; i++) free(grads[i]);
     free(grads), free(per_input);
     tg_tape_free(f.tape);
