@@ -76,8 +76,8 @@ tg_tensor *tg_node_grad_buffer(tg_node *node, int input_index)
     tg_tensor *x = node->inputs[input_index];
     if (x->producer && !x->grad && input_index < 64 && tg_node_needs_grad(node, input_index) &&
         tg_activation_grad_is_contiguous(x)) {
-        if ((x->grad = new_activation_grad(x)) && x->device == TG_DEVICE_CPU && tg_tape_poisons(node->tape))
-            memset(x->grad->storage->data, 0xff, x->grad->storage->nbytes);
+        if ((x->grad = new_activation_grad(x)) && tg_tape_poisons(node->tape))
+            tg_device_poison(x->device, x->grad->storage->data, x->grad->storage->nbytes);
         if (!x->grad) {
             tg_set_error(TG_ERR_NOMEM, "tg_node_grad_buffer: out of memory for the gradient of %s's input %d", node->op,
                          input_index);

@@ -58,15 +58,18 @@ void tg_device_free(tg_device device, void *ptr, size_t bytes);
 /* Raw bytes between host and device, or within a device. */
 tg_status tg_device_memcpy(void *dst, const void *src, size_t bytes, tg_copy_direction direction);
 tg_status tg_device_zero(tg_device device, void *ptr, size_t bytes);
+/* Every byte ← 0xff: NaN in every float dtype (a poisoned tape's new buffers). */
+tg_status tg_device_poison(tg_device device, void *ptr, size_t bytes);
 
 /* Device bytes owned by the tape: given back by tg_tape_reset (or a rewind past them). */
 void *tg_tape_alloc_device(tg_tape *tape, tg_device device, size_t nbytes);
 /* Gives back one of the tape's device blocks before the reset (its entry stays in the tape's
  * list, empty, so marks taken earlier stay valid); false when the tape does not own ptr. */
 bool tg_tape_free_device_data(tg_tape *tape, const void *ptr);
-/* Makes every CPU tensor the tape hands out from now on (and every activation gradient made for
- * its nodes) start with all bits set, NaN in every float dtype, instead of whatever the memory
- * held: tg_gradcheck's tape, so that a backward that leaves an element unwritten fails. */
+/* Makes every tensor the tape hands out from now on (and every activation gradient made for
+ * its nodes), on any device, start with all bits set, NaN in every float dtype, instead of
+ * whatever the memory held: the gradient checkers' tapes, so that a backward that leaves an
+ * element unwritten fails. */
 void tg_tape_set_poison(tg_tape *tape, bool poison);
 bool tg_tape_poisons(const tg_tape *tape);
 /* Appends a node built by the library itself (not through tg_record). */

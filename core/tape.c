@@ -44,7 +44,7 @@ struct tg_tape {
     tg_node *last;
     size_t n_nodes;
     size_t high_water; /* the most arena bytes in use at once since the last reset */
-    bool poison;       /* new CPU tensors and gradient buffers start as NaN (tg_gradcheck's tape) */
+    bool poison;       /* new tensors and gradient buffers start as NaN (the gradient checkers' tapes) */
 };
 
 /* ---- arena ----------------------------------------------------------------------- */

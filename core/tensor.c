@@ -145,7 +145,10 @@ static tg_tensor *empty_on_tape(const char *op, tg_tape *tape, tg_dtype dtype, t
         tg_set_error(TG_ERR_NOMEM, "%s: out of %s memory for %zu bytes", op, tg_device_name(device), nbytes);
         return NULL;
     }
-    if (device == TG_DEVICE_CPU && tg_tape_poisons(tape)) memset(data, 0xff, nbytes);
+    if (tg_tape_poisons(tape) && tg_device_poison(device, data, nbytes) != TG_OK) {
+        tg_tape_rewind(tape, mark);
+        return NULL;
+    }
     *storage = (tg_storage){data, nbytes, device, TG_STORAGE_ARENA};
     init_tensor(t, storage, dtype, ndim, shape);
     t->tape = tape;

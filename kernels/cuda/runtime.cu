@@ -54,6 +54,12 @@ extern "C" tg_status tg_cuda_memset_zero(void *ptr, size_t bytes)
     return TG_OK;
 }
 
+extern "C" tg_status tg_cuda_memset_ones(void *ptr, size_t bytes)
+{
+    if (bytes) TG_CUDA_CHECK(cudaMemsetAsync(ptr, 0xff, bytes, tg_cuda_stream()));
+    return TG_OK;
+}
+
 extern "C" tg_status tg_cuda_synchronize(void)
 {
     tg_status refused = refuse_wait_in_capture("a wait for the device");
