@@ -1255,6 +1255,55 @@ BAD_INPUT(tg_gradcheck, "n_directions", "0")
     BI_EXPECT_STATUS(f, tg_gradcheck(sum_of_squares, &x, 1, NULL, &options, &result));
 }
 
+BAD_INPUT(tg_gradcheck_cuda, "fn", "NULL")
+{
+    tg_tensor *x = bi_leaf(f, TG_F32, 1, SHAPE(3));
+    tg_gradcheck_result result;
+    BI_EXPECT_STATUS(f, tg_gradcheck_cuda(NULL, &x, 1, NULL, NULL, &result));
+}
+
+BAD_INPUT(tg_gradcheck_cuda, "result", "NULL")
+{
+    tg_tensor *x = bi_leaf(f, TG_F32, 1, SHAPE(3));
+    BI_EXPECT_STATUS(f, tg_gradcheck_cuda(sum_of_squares, &x, 1, NULL, NULL, NULL));
+}
+
+BAD_INPUT(tg_gradcheck_cuda, "inputs", "NULL")
+{
+    tg_gradcheck_result result;
+    BI_EXPECT_STATUS(f, tg_gradcheck_cuda(sum_of_squares, NULL, 1, NULL, NULL, &result));
+}
+
+BAD_INPUT(tg_gradcheck_cuda, "n_inputs", "0")
+{
+    tg_tensor *x = bi_leaf(f, TG_F32, 1, SHAPE(3));
+    tg_gradcheck_result result;
+    BI_EXPECT_STATUS(f, tg_gradcheck_cuda(sum_of_squares, &x, 0, NULL, NULL, &result));
+}
+
+BAD_INPUT(tg_gradcheck_cuda, "inputs[0]", "NULL")
+{
+    tg_tensor *x = NULL;
+    tg_gradcheck_result result;
+    BI_EXPECT_STATUS(f, tg_gradcheck_cuda(sum_of_squares, &x, 1, NULL, NULL, &result));
+}
+
+BAD_INPUT(tg_gradcheck_cuda, "inputs[0]", "a tensor on CUDA rather than the CPU")
+{
+    tg_tensor *x = tt_fake_cuda(f->tape, bi_randn(f, TG_F32, 1, SHAPE(3)));
+    tg_gradcheck_result result;
+    BI_EXPECT_STATUS(f, tg_gradcheck_cuda(sum_of_squares, &x, 1, NULL, NULL, &result));
+}
+
+BAD_INPUT(tg_gradcheck_cuda, "rtol", "NaN")
+{
+    tg_tensor *x = bi_leaf(f, TG_F32, 1, SHAPE(3));
+    tg_gradcheck_options options = tg_gradcheck_defaults();
+    options.rtol = NAN;
+    tg_gradcheck_result result;
+    BI_EXPECT_STATUS(f, tg_gradcheck_cuda(sum_of_squares, &x, 1, NULL, &options, &result));
+}
+
 BAD_INPUT(tg_gradcheck, "fn", "a function that fails")
 {
     tg_tensor *x = f64_leaf(f);

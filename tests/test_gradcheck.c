@@ -256,3 +256,22 @@ Test(gradcheck, rejects_bad_use)
     cr_assert_eq(tg_gradcheck(sum_loss, &x64, 1, NULL, &opt, &result), TG_ERR_INVALID);
     tg_tape_free(tape);
 }
+
+static tg_tensor *sum_of_squares_f32(tg_tape *tape, tg_tensor *const *in, int n, void *user)
+{
+    (void)n, (void)user;
+    return tg_sum_all(tape, tg_mul(tape, in[0], in[0]));
+}
+
+/* Without a GPU the CUDA check says so, naming itself, and leaves the result alone. */
+Test(gradcheck, the_cuda_check_needs_a_gpu)
+{
+    if (tg_device_available(TG_DEVICE_CUDA)) cr_skip_test("a GPU is present: tests/test_cuda_gradcheck.c checks it");
+    tg_tape *tape = tg_tape_create();
+    tg_tensor *x = tt_leaf(tape, TG_F32, 1, (int64_t[]){4});
+    tg_gradcheck_result result = {.n_checked = 7};
+    cr_assert_eq(tg_gradcheck_cuda(sum_of_squares_f32, &x, 1, NULL, NULL, &result), TG_ERR_DEVICE);
+    cr_assert(strstr(tg_last_error(), "tg_gradcheck_cuda") && strstr(tg_last_error(), "CUDA"), "%s", tg_last_error());
+    cr_assert_eq(result.n_checked, 7);
+    tg_tape_free(tape);
+}

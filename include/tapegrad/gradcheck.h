@@ -11,6 +11,8 @@
  * require gradients must be f64 CPU tensors (other inputs, such as i32 ids, are passed
  * through unchanged). Inputs may be strided views. Every buffer the checked backward is
  * given starts as NaN, so an element it never writes fails instead of passing by luck.
+ *
+ * tg_gradcheck_cuda (below) checks an op's CUDA kernels against its CPU ones instead.
  */
 #ifndef TAPEGRAD_GRADCHECK_H
 #define TAPEGRAD_GRADCHECK_H
@@ -58,6 +60,17 @@ TG_API tg_gradcheck_options tg_gradcheck_defaults(void);
  * it could not (bad inputs, the function failed). options may be NULL (defaults). */
 TG_API tg_status tg_gradcheck(tg_gradcheck_fn fn, tg_tensor *const *inputs, int n_inputs, void *user_data,
                               const tg_gradcheck_options *options, tg_gradcheck_result *result);
+
+/* An op's CUDA kernels against its CPU twin. inputs are CPU tensors of any dtype (the
+ * reference); each gets a CUDA copy of the same dtype, values and strides. fn runs on both,
+ * its output may have any shape, and each side's backward is seeded with the same random
+ * output gradient (normal, from options->seed). Every element of the output and of every
+ * input gradient is compared: the CUDA value ("analytic" in the result) passes when it is
+ * within atol + rtol·|cpu value| ("numeric"). In the result, worst_input == n_inputs means
+ * fn's output. eps, max_elements_per_input and n_directions are not used. The defaults suit
+ * f32; 16-bit dtypes want rtol near 1e-2. An error when there is no CUDA device. */
+TG_API tg_status tg_gradcheck_cuda(tg_gradcheck_fn fn, tg_tensor *const *inputs, int n_inputs, void *user_data,
+                                   const tg_gradcheck_options *options, tg_gradcheck_result *result);
 
 #ifdef __cplusplus
 }
