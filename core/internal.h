@@ -33,8 +33,9 @@ struct tg_storage {
 
 /* ---- CPU threads (core/parallel.c) -------------------------------------------------------
  * tg_parallel_ranges runs fn(context, begin, end) over contiguous ranges that cover
- * [0, n), each of at least min_per_thread indices, on up to tg_num_threads() threads (the
- * caller's thread runs the first range), and returns when all are done. fn must only
+ * [0, n), each of at least min_per_thread indices but the last, on up to tg_num_threads()
+ * threads (the calling thread among them; which thread runs which range, and how many
+ * ranges there are, vary), and returns when all are done. fn must only
  * write memory no other range writes, and must not call the library's error functions
  * (report failures through the context); sums across ranges belong after the call, in a
  * fixed order, so that results do not depend on the thread count. */

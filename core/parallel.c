@@ -9,6 +9,7 @@
 #include "internal.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -30,24 +31,38 @@ int tg_num_threads(void) { return requested_threads > 0 ? requested_threads : de
 
 void tg_set_num_threads(int n) { requested_threads = n < 1 ? 0 : n > MAX_THREADS ? MAX_THREADS : n; }
 
+/* One call's work, taken in chunks by whichever threads are running: a thread that another
+ * program keeps off its core delays the call by the chunk it holds, not by a fixed share
+ * (on shared machines one of two vCPUs is often away for milliseconds). Which thread runs a
+ * chunk changes nothing in the results: the kernels' parts are independent. */
+enum { CHUNKS_PER_THREAD = 4 };
+
 typedef struct {
     tg_range_fn fn;
     void *context;
-    int64_t begin, end;
-} range_job;
+    int64_t n, chunk;          /* parts [i·chunk, min((i + 1)·chunk, n)) */
+    _Atomic int64_t next_part; /* the next i to take */
+} shared_work;
 
-static void run_job(const range_job *j) { j->fn(j->context, j->begin, j->end); }
+static void take_parts(shared_work *w)
+{
+    for (;;) {
+        const int64_t begin = atomic_fetch_add(&w->next_part, 1) * w->chunk;
+        if (begin >= w->n) return;
+        w->fn(w->context, begin, w->n - begin < w->chunk ? w->n : begin + w->chunk);
+    }
+}
 
 /* ---- the pool --------------------------------------------------------------------------------
  * One call at a time uses it (dispatch_lock); a call that finds it busy (another thread's, or
- * a part that itself splits) starts threads of its own as before. Worker k runs jobs[k] of
- * each new generation it sees, then counts itself out of `pending`. */
+ * a part that itself splits) starts threads of its own. Workers 1 .. active − 1 take parts of
+ * each new generation's work they see, then count themselves out of `pending`. */
 static struct {
     pthread_mutex_t dispatch_lock, lock;
     pthread_cond_t work, done;
-    range_job jobs[MAX_THREADS];
+    shared_work *current;
     int workers; /* started so far: workers 1 .. workers */
-    int active;  /* jobs 1 .. active − 1 belong to this generation */
+    int active;  /* workers 1 .. active − 1 join this generation */
     int pending; /* workers of this generation still running */
     unsigned generation;
     unsigned started_at[MAX_THREADS]; /* the generation at each worker's start */
@@ -65,9 +80,9 @@ static void *worker_main(void *arg)
         while (pool.generation == seen) pthread_cond_wait(&pool.work, &pool.lock);
         seen = pool.generation;
         if (k >= pool.active) continue; /* not needed this time */
-        range_job job = pool.jobs[k];
+        shared_work *w = pool.current;
         pthread_mutex_unlock(&pool.lock);
-        run_job(&job);
+        take_parts(w);
         pthread_mutex_lock(&pool.lock);
         if (--pool.pending == 0) pthread_cond_signal(&pool.done);
     }
@@ -89,9 +104,9 @@ static bool pool_ready(int threads)
     return true;
 }
 
-/* Runs jobs[0 .. threads) on the pool and the calling thread; false when the pool is busy
- * or cannot grow (nothing has run then). */
-static bool run_on_pool(const range_job *jobs, int threads)
+/* Runs the work on `threads` threads of the pool, the calling thread one of them; false
+ * when the pool is busy or cannot grow (nothing has run then). */
+static bool run_on_pool(shared_work *w, int threads)
 {
     if (pthread_mutex_trylock(&pool.dispatch_lock) != 0) return false;
     if (!pool_ready(threads)) {
@@ -99,13 +114,13 @@ static bool run_on_pool(const range_job *jobs, int threads)
         return false;
     }
     pthread_mutex_lock(&pool.lock);
-    for (int k = 1; k < threads; k++) pool.jobs[k] = jobs[k];
+    pool.current = w;
     pool.active = threads;
     pool.pending = threads - 1;
     pool.generation++;
     pthread_cond_broadcast(&pool.work);
     pthread_mutex_unlock(&pool.lock);
-    run_job(&jobs[0]);
+    take_parts(w);
     pthread_mutex_lock(&pool.lock);
     while (pool.pending > 0) pthread_cond_wait(&pool.done, &pool.lock);
     pthread_mutex_unlock(&pool.lock);
@@ -113,25 +128,22 @@ static bool run_on_pool(const range_job *jobs, int threads)
     return true;
 }
 
-static void *run_range(void *job)
+static void *run_parts(void *w)
 {
-    run_job(job);
+    take_parts(w);
     return NULL;
 }
 
-/* The way without the pool: a thread per part, joined before returning. */
-static void run_on_new_threads(range_job *jobs, int threads)
+/* The way without the pool: threads of its own, joined before returning (the calling
+ * thread takes whatever parts threads that could not start leave). */
+static void run_on_new_threads(shared_work *w, int threads)
 {
     pthread_t ids[MAX_THREADS];
     bool started[MAX_THREADS] = {false};
-    for (int k = 1; k < threads; k++) started[k] = pthread_create(&ids[k], NULL, run_range, &jobs[k]) == 0;
-    run_job(&jobs[0]);
-    for (int k = 1; k < threads; k++) {
-        if (started[k])
-            pthread_join(ids[k], NULL);
-        else
-            run_job(&jobs[k]); /* no thread to be had: this one does the work */
-    }
+    for (int k = 1; k < threads; k++) started[k] = pthread_create(&ids[k], NULL, run_parts, w) == 0;
+    take_parts(w);
+    for (int k = 1; k < threads; k++)
+        if (started[k]) pthread_join(ids[k], NULL);
 }
 
 void tg_parallel_ranges(int64_t n, int64_t min_per_thread, tg_range_fn fn, void *context)
@@ -143,7 +155,8 @@ void tg_parallel_ranges(int64_t n, int64_t min_per_thread, tg_range_fn fn, void 
         fn(context, 0, n);
         return;
     }
-    range_job jobs[MAX_THREADS];
-    for (int64_t k = 0; k < threads; k++) jobs[k] = (range_job){fn, context, k * n / threads, (k + 1) * n / threads};
-    if (!run_on_pool(jobs, (int)threads)) run_on_new_threads(jobs, (int)threads);
+    int64_t chunk = (n + threads * CHUNKS_PER_THREAD - 1) / (threads * CHUNKS_PER_THREAD);
+    if (chunk < min_per_thread) chunk = min_per_thread;
+    shared_work w = {fn, context, n, chunk, 0};
+    if (!run_on_pool(&w, (int)threads)) run_on_new_threads(&w, (int)threads);
 }
