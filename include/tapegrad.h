@@ -13,5 +13,6 @@
 #include "tapegrad/optim.h"
 #include "tapegrad/checkpoint.h"
 #include "tapegrad/graph.h"
+#include "tapegrad/dist.h"
 
 #endif

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Installs what tapegrad needs to build and test on Debian or Ubuntu (skips what is there):
-# the build tools and libraries, clang with libFuzzer (scripts/fuzz.sh), clang-format
-# (scripts/format.sh), and python3 with numpy and safetensors for the interoperability test
-# (tests/python).
+# the build tools and libraries, Open MPI (data-parallel training, tapegrad/dist.h), clang
+# with libFuzzer (scripts/fuzz.sh), clang-format (scripts/format.sh), and python3 with numpy
+# and safetensors for the interoperability test (tests/python).
 set -euo pipefail
 packages=(build-essential cmake pkg-config libopenblas-dev libcriterion-dev libcjson-dev
-          clang libclang-rt-dev clang-format python3 python3-pip)
+          clang libclang-rt-dev clang-format python3 python3-pip libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1255,6 +1255,48 @@ BAD_INPUT(tg_gradcheck, "n_directions", "0")
     BI_EXPECT_STATUS(f, tg_gradcheck(sum_of_squares, &x, 1, NULL, &options, &result));
 }
 
+/* tapegrad/dist.h: without a launcher the world is this process alone (with or without MPI). */
+BAD_INPUT(tg_dist_init, "timeout_s", "zero")
+{
+    tg_dist_options options = tg_dist_defaults();
+    options.timeout_s = 0;
+    BI_EXPECT_NULL(f, tg_dist_init(&options));
+}
+
+BAD_INPUT(tg_dist_init, "mode", "a value outside tg_dist_mode")
+{
+    tg_dist_options options = tg_dist_defaults();
+    options.mode = (tg_dist_mode)7;
+    BI_EXPECT_NULL(f, tg_dist_init(&options));
+}
+
+BAD_INPUT(tg_dist_rank, "dist", "NULL") { BI_EXPECT_VALUE(f, tg_dist_rank(NULL), 0); }
+BAD_INPUT(tg_dist_world_size, "dist", "NULL") { BI_EXPECT_VALUE(f, tg_dist_world_size(NULL), 1); }
+BAD_INPUT(tg_dist_barrier, "dist", "NULL") { BI_EXPECT_STATUS(f, tg_dist_barrier(NULL)); }
+BAD_INPUT(tg_dist_check_params, "dist", "NULL") { BI_EXPECT_STATUS(f, tg_dist_check_params(NULL, f->params)); }
+BAD_INPUT(tg_dist_broadcast_params, "dist", "NULL") { BI_EXPECT_STATUS(f, tg_dist_broadcast_params(NULL, f->params)); }
+BAD_INPUT(tg_dist_allreduce_grads, "dist", "NULL") { BI_EXPECT_STATUS(f, tg_dist_allreduce_grads(NULL, f->params)); }
+BAD_INPUT(tg_dist_check_same_values, "dist", "NULL")
+{
+    BI_EXPECT_STATUS(f, tg_dist_check_same_values(NULL, f->params));
+}
+
+BAD_INPUT(tg_dist_allreduce_grads, "params", "NULL")
+{
+    tg_dist *dist = tg_dist_init(NULL);
+    cr_assert(dist, "%s", tg_last_error());
+    BI_EXPECT_STATUS(f, tg_dist_allreduce_grads(dist, NULL));
+    tg_dist_finalize(dist);
+}
+
+BAD_INPUT(tg_dist_broadcast_params, "params", "NULL")
+{
+    tg_dist *dist = tg_dist_init(NULL);
+    cr_assert(dist, "%s", tg_last_error());
+    BI_EXPECT_STATUS(f, tg_dist_broadcast_params(dist, NULL));
+    tg_dist_finalize(dist);
+}
+
 BAD_INPUT(tg_gradcheck_cuda, "fn", "NULL")
 {
     tg_tensor *x = bi_leaf(f, TG_F32, 1, SHAPE(3));
