@@ -6,7 +6,8 @@
 # lines differently.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-mapfile -t files < <(git ls-files '*.c' '*.h' '*.cu' '*.cuh')
+# Tracked files and new ones not yet added (but not what .gitignore leaves out).
+mapfile -t files < <(git ls-files --cached --others --exclude-standard '*.c' '*.h' '*.cu' '*.cuh')
 if [ "${1:-}" = "--check" ]; then
     clang-format --dry-run --Werror "${files[@]}"
 else
