@@ -307,6 +307,29 @@ tg_status tg_dist_allreduce_grads(tg_dist *dist, tg_params *params)
 #endif
 }
 
+tg_status tg_dist_allreduce_sum(tg_dist *dist, double *values, int64_t n)
+{
+    const char *fn = "tg_dist_allreduce_sum";
+    if (!dist) return tg_set_error(TG_ERR_INVALID, "%s: dist is NULL", fn);
+    if (n < 0 || (n > 0 && !values))
+        return tg_set_error(TG_ERR_INVALID, "%s: %s", fn, n < 0 ? "n is negative" : "values is NULL");
+    if (dist->size == 1 || n == 0) return TG_OK;
+#ifdef TG_HAVE_MPI
+    const size_t bytes = sizeof(double) * (size_t)n;
+    double *all = malloc(bytes * (size_t)dist->size);
+    if (!all) return tg_set_error(TG_ERR_NOMEM, "%s: out of memory", fn);
+    tg_status status = allgather(fn, dist, values, all, bytes);
+    if (status == TG_OK) {
+        memcpy(values, all, bytes);
+        for (int r = 1; r < dist->size; r++) add_into(values, all + (size_t)r * (size_t)n, TG_F64, n);
+    }
+    free(all);
+    return status;
+#else
+    return TG_OK;
+#endif
+}
+
 tg_status tg_dist_check_same_values(tg_dist *dist, const tg_params *params)
 {
     const char *fn = "tg_dist_check_same_values";

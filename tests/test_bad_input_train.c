@@ -1281,6 +1281,29 @@ BAD_INPUT(tg_dist_check_same_values, "dist", "NULL")
     BI_EXPECT_STATUS(f, tg_dist_check_same_values(NULL, f->params));
 }
 
+BAD_INPUT(tg_dist_allreduce_sum, "dist", "NULL")
+{
+    double values[2] = {1, 2};
+    BI_EXPECT_STATUS(f, tg_dist_allreduce_sum(NULL, values, 2));
+}
+
+BAD_INPUT(tg_dist_allreduce_sum, "values", "NULL")
+{
+    tg_dist *dist = tg_dist_init(NULL);
+    cr_assert(dist, "%s", tg_last_error());
+    BI_EXPECT_STATUS(f, tg_dist_allreduce_sum(dist, NULL, 2));
+    tg_dist_finalize(dist);
+}
+
+BAD_INPUT(tg_dist_allreduce_sum, "n", "negative")
+{
+    tg_dist *dist = tg_dist_init(NULL);
+    cr_assert(dist, "%s", tg_last_error());
+    double values[2] = {1, 2};
+    BI_EXPECT_STATUS(f, tg_dist_allreduce_sum(dist, values, -1));
+    tg_dist_finalize(dist);
+}
+
 BAD_INPUT(tg_dist_allreduce_grads, "params", "NULL")
 {
     tg_dist *dist = tg_dist_init(NULL);

@@ -63,6 +63,9 @@ TG_API tg_status tg_dist_check_params(tg_dist *dist, const tg_params *params);
 TG_API tg_status tg_dist_broadcast_params(tg_dist *dist, tg_params *params);
 /* Replaces every rank's gradients with their sum over the ranks (see the mode above). */
 TG_API tg_status tg_dist_allreduce_grads(tg_dist *dist, tg_params *params);
+/* values[0 .. n) ← their sums over the ranks, added in rank order (the same bits on every
+ * rank): for a step's loss and counts. */
+TG_API tg_status tg_dist_allreduce_sum(tg_dist *dist, double *values, int64_t n);
 /* Whether every rank's parameter values are the same bits as rank 0's: TG_OK, or
  * TG_ERR_STATE on every rank naming the first rank that differs. */
 TG_API tg_status tg_dist_check_same_values(tg_dist *dist, const tg_params *params);

@@ -184,6 +184,12 @@ int main(int argc, char **argv)
     CHECK(status == TG_ERR_INVALID && strstr(tg_last_error(), expected), "different models were not refused");
     trainer_free(&odd);
 
+    /* Sums of a few doubles, in rank order. */
+    double values[2] = {0.1 * rank_of_this, 1.0}, want = 0.0;
+    for (int r = 0; r < world; r++) want = r ? want + 0.1 * r : 0.0;
+    CHECK(tg_dist_allreduce_sum(dist, values, 2) == TG_OK && values[0] == want && values[1] == world,
+          "the sum of doubles: %g and %g", values[0], values[1]);
+
     train_beside_reference(dist, true);
     tg_dist_options fast_options = tg_dist_defaults();
     fast_options.mode = TG_DIST_FAST;
