@@ -359,6 +359,7 @@ struct train_state {
     int64_t window_steps, window_tokens;
     double window_loss, window_accuracy, window_seconds;
     int64_t saved_step; /* the step of the last checkpoint written (-1: none) */
+    bool quiet;         /* a rank other than 0 under mpirun: no progress, CSV or checkpoints */
 };
 
 static int64_t end_step(const train_session *s)
@@ -394,6 +395,7 @@ static void clear_line(const train_session *s)
 
 void train_note(const train_session *s, const char *format, ...)
 {
+    if (s->state->quiet) return;
     bool was_shown = s->state->line_shown;
     clear_line(s);
     va_list args;
@@ -482,6 +484,7 @@ static tg_status resume(train_session *s)
 static void print_summary(const train_session *s, int64_t vocab_size)
 {
     const train_options *o = s->options;
+    if (s->state->quiet) return;
     fprintf(stderr, "%s: Mamba LM, %lld layers, d_model %lld, d_state %lld, vocab %lld: %lld parameters, on %s\n",
             s->program->name, (long long)o->layers, (long long)o->d_model, (long long)o->d_state, (long long)vocab_size,
             (long long)tg_params_numel(s->params), tg_device_name(s->device));
@@ -492,6 +495,29 @@ static void print_summary(const train_session *s, int64_t vocab_size)
             o->lr * COSINE_FLOOR, CLIP_NORM, o->precision == 1 ? "bf16 (f32 master weights)" : "f32",
             s->device == TG_DEVICE_CUDA && o->graph == 1 ? ", each step one CUDA graph" : "");
     if (o->resume) fprintf(stderr, "resumed from %s at step %lld\n", o->resume, (long long)s->step);
+    const int world = tg_dist_world_size(s->dist);
+    if (world > 1)
+        fprintf(stderr, "data parallel: %d ranks, %lld sequences each per step\n", world, (long long)o->batch / world);
+}
+
+/* Joins the launcher's ranks (a world of one without mpirun). Ranks other than 0 print
+ * nothing but errors: their stdout goes to /dev/null. */
+static tg_status join_ranks(train_session *s)
+{
+    const train_options *o = s->options;
+    if (!(s->dist = tg_dist_init(NULL))) return TG_ERR_STATE;
+    const int world = tg_dist_world_size(s->dist);
+    if (world == 1) return TG_OK;
+    if (s->device != TG_DEVICE_CPU)
+        return tg_set_error(TG_ERR_DEVICE, "--device %s: under mpirun the ranks train on the CPU (--device cpu)",
+                            tg_device_name(s->device));
+    if (o->batch % world != 0)
+        return tg_set_error(TG_ERR_INVALID, "--batch %lld: it must split evenly over the %d ranks", (long long)o->batch,
+                            world);
+    s->state->quiet = tg_dist_rank(s->dist) != 0;
+    if (s->state->quiet && !freopen("/dev/null", "w", stdout))
+        return tg_set_error(TG_ERR_STATE, "rank %d cannot silence its output", tg_dist_rank(s->dist));
+    return TG_OK;
 }
 
 train_session *train_open(const train_program *program, int64_t vocab_size)
@@ -505,6 +531,11 @@ train_session *train_open(const train_program *program, int64_t vocab_size)
         return NULL;
     }
     *s = (train_session){.program = program, .options = o, .state = st, .device = tg_device_resolve(o->device)};
+    if (join_ranks(s) != TG_OK) {
+        fprintf(stderr, "%s: %s\n", program->name, tg_last_error());
+        train_free(s);
+        return NULL;
+    }
     tg_matmul_set_tf32(o->tf32 == 1);
     while (program->eval_columns && program->eval_columns[st->n_eval] && st->n_eval < MAX_EVAL_COLUMNS) st->n_eval++;
     st->saved_step = -1;
@@ -521,6 +552,7 @@ train_session *train_open(const train_program *program, int64_t vocab_size)
                               .dtype = o->precision == 1 ? TG_BF16 : TG_F32};
     size_t tokens = (size_t)(o->batch * o->seq_len);
     if (!(s->params = tg_params_create(s->device)) || !(s->model = tg_mamba_create(&config, s->params, &init)) ||
+        tg_dist_check_params(s->dist, s->params) != TG_OK || tg_dist_broadcast_params(s->dist, s->params) != TG_OK ||
         !(s->optim = create_optimizer(s)) || !(s->tape = tg_tape_create()) ||
         !(st->stepper = train_stepper_create(s, o->graph == 1)) || !(s->inputs = malloc(tokens * sizeof *s->inputs)) ||
         !(s->targets = malloc(tokens * sizeof *s->targets)) || (o->resume && resume(s) != TG_OK) ||
@@ -529,7 +561,7 @@ train_session *train_open(const train_program *program, int64_t vocab_size)
         train_free(s);
         return NULL;
     }
-    if (o->csv && !(st->csv = open_csv(s))) {
+    if (o->csv && !st->quiet && !(st->csv = open_csv(s))) {
         train_free(s);
         return NULL;
     }
@@ -555,11 +587,13 @@ void train_free(train_session *s)
     tg_optim_free(s->optim);
     tg_mamba_free(s->model);
     tg_params_free(s->params);
+    tg_dist_finalize(s->dist);
     free(s);
 }
 
 static tg_status save_checkpoint(train_session *s)
 {
+    if (s->state->quiet) return TG_OK; /* rank 0 saves for all */
     tg_checkpoint_info info = {.step = s->step, .rng = s->data_rng, .config = s->state->config};
     if (tg_checkpoint_save(s->options->ckpt, s->params, s->optim, &info) != TG_OK) return TG_ERR_INVALID;
     s->state->saved_step = s->step;
@@ -573,6 +607,10 @@ int train_close(train_session *s)
     if (s->options->ckpt && st->saved_step != s->step && s->step > st->first_step && save_checkpoint(s) != TG_OK)
         return train_fail(s);
     if (st->line_shown) fputc('\n', stderr); /* keep the last progress line on screen */
+    if (st->quiet) {
+        train_free(s);
+        return 0;
+    }
     double elapsed = train_seconds() - st->start;
     char duration[32];
     format_duration(elapsed, duration, sizeof duration);
@@ -684,6 +722,7 @@ static void format_progress(const train_session *s, int64_t step)
 static void show_progress(train_session *s, int64_t step)
 {
     struct train_state *st = s->state;
+    if (st->quiet) return;
     bool last = step == end_step(s), window_full = step % s->options->log_every == 0;
     double now = train_seconds();
     if (st->tty && (now - st->last_draw > 0.1 || last || window_full)) {

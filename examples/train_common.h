@@ -125,6 +125,7 @@ typedef struct train_session {
     int64_t step;    /* steps done (the checkpoint's step after --resume) */
     int32_t *inputs; /* (batch, seq_len) buffers for the program to fill */
     int32_t *targets;
+    tg_dist *dist;             /* under mpirun, the ranks; each steps on its rows of the batch */
     struct train_state *state; /* the rest: metrics, CSV, progress (train_common.c) */
 } train_session;
 

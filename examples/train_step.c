@@ -7,7 +7,9 @@
  * CUDA graph (after one step run directly, which sizes the allocator's blocks) and
  * replayed from then on: one launch per step instead of a few hundred. Nothing in a step
  * waits for the device; each step's loss and hits are copied into a ring of tensors,
- * which train_stepper_flush reads back when the program needs the numbers. */
+ * which train_stepper_flush reads back when the program needs the numbers. Under mpirun
+ * (tapegrad/dist.h) each rank runs the step on its rows of the batch, and the ranks sum
+ * their gradients before the update and their numbers after it. */
 #include "train_step.h"
 
 #include <math.h>
@@ -34,7 +36,8 @@ train_stepper *train_stepper_create(train_session *s, bool use_graph)
         tg_set_error(TG_ERR_NOMEM, "train_stepper_create: out of memory");
         return NULL;
     }
-    const int64_t shape[2] = {s->options->batch, s->options->seq_len}, three = 3;
+    /* Under mpirun each rank steps on its rows of the batch (rank r: rows r·b … (r + 1)·b − 1). */
+    const int64_t shape[2] = {s->options->batch / tg_dist_world_size(s->dist), s->options->seq_len}, three = 3;
     t->s = s;
     t->use_graph = use_graph && s->device == TG_DEVICE_CUDA;
     bool made = (t->ids = tg_tensor_new(TG_I32, s->device, 2, shape)) &&
@@ -70,8 +73,23 @@ static tg_status queue_step(train_stepper *t)
     tg_tensor *loss_slot = hits ? tg_slice(tape, t->metrics, 0, 0, 1, 1) : NULL;
     tg_tensor *hits_slot = loss_slot ? tg_slice(tape, t->metrics, 0, 1, 3, 1) : NULL;
     if (!hits_slot || tg_copy(loss_slot, loss) != TG_OK || tg_copy(hits_slot, hits) != TG_OK) return TG_ERR_INVALID;
-    if (tg_backward(tape, loss) != TG_OK || tg_optim_step(s->optim, 1) != TG_OK) return TG_ERR_INVALID;
+    if (tg_backward(tape, loss) != TG_OK) return TG_ERR_INVALID;
+    /* The ranks' gradients summed (in rank order), then their mean: N shards' step. */
+    const int world = tg_dist_world_size(s->dist);
+    if (tg_dist_allreduce_grads(s->dist, s->params) != TG_OK || tg_optim_step(s->optim, world) != TG_OK)
+        return TG_ERR_INVALID;
     return tg_params_zero_grad(s->params);
+}
+
+/* The step's numbers over all ranks (the loss a mean over every scored target): the metrics
+ * are on the host, since ranks train on the CPU. */
+static tg_status global_metrics(train_stepper *t)
+{
+    if (tg_dist_world_size(t->s->dist) == 1) return TG_OK;
+    double *m = tg_data(t->metrics), sums[3] = {m[0] * m[2], m[1], m[2]};
+    tg_status status = tg_dist_allreduce_sum(t->s->dist, sums, 3);
+    if (status == TG_OK) m[0] = sums[2] > 0 ? sums[0] / sums[2] : m[0], m[1] = sums[1], m[2] = sums[2];
+    return status;
 }
 
 /* Captures the step as a graph. The step queued during the capture has not run yet: the
@@ -95,8 +113,9 @@ tg_status train_stepper_step(train_stepper *t, int64_t step)
 {
     train_session *s = t->s;
     if (t->pending == RING) return tg_set_error(TG_ERR_STATE, "train_stepper_step: flush the ring first");
-    tg_status status = tg_copy_from_host(t->ids, s->inputs, TG_I32);
-    if (status == TG_OK) status = tg_copy_from_host(t->targets, s->targets, TG_I32);
+    const int64_t first = tg_dist_rank(s->dist) * t->ids->shape[0] * t->ids->shape[1]; /* this rank's rows */
+    tg_status status = tg_copy_from_host(t->ids, s->inputs + first, TG_I32);
+    if (status == TG_OK) status = tg_copy_from_host(t->targets, s->targets + first, TG_I32);
     if (status == TG_OK && t->use_graph && !t->graph && t->steps_run >= 1) status = capture(t);
     if (status != TG_OK) return status;
     if (t->graph) {
@@ -105,6 +124,7 @@ tg_status train_stepper_step(train_stepper *t, int64_t step)
         status = queue_step(t);
         tg_tape_reset(s->tape);
     }
+    if (status == TG_OK) status = global_metrics(t);
     if (status != TG_OK) return status;
     t->steps_run++;
     t->ring_step[t->pending] = step;
