@@ -542,8 +542,22 @@ static tg_tensor staging_view(tg_storage *storage, void *data, tg_dtype dtype, t
 
 /* dst (on the device) ← contiguous host values of host_dtype: to the device as they are,
  * then one device copy into dst's layout and dtype. */
+/* tg_copy keeps floats and i32 apart, so a copy between the two converts on the host. */
+static bool crosses_kinds(tg_dtype a, tg_dtype b) { return tg_dtype_is_float(a) != tg_dtype_is_float(b); }
+
 static tg_status host_to_device(tg_tensor *dst, const void *host, tg_dtype host_dtype)
 {
+    if (crosses_kinds(host_dtype, dst->dtype)) { /* the host values in dst's dtype first */
+        int64_t strides[TG_MAX_DIMS];
+        tg_contiguous_strides(dst->ndim, dst->shape, strides);
+        const size_t converted_bytes = (size_t)tg_numel(dst) * tg_dtype_size(dst->dtype);
+        void *converted = malloc(converted_bytes ? converted_bytes : 1);
+        if (!converted) return tg_set_error(TG_ERR_NOMEM, "tg_copy_from_host: out of host memory");
+        copy_strided(converted, dst->dtype, strides, host, host_dtype, strides, dst->ndim, dst->shape);
+        tg_status status = host_to_device(dst, converted, dst->dtype);
+        free(converted);
+        return status;
+    }
     size_t bytes = (size_t)tg_numel(dst) * tg_dtype_size(host_dtype);
     if (host_dtype == dst->dtype && tg_is_contiguous(dst))
         return tg_device_memcpy(tg_bytes(dst), host, bytes, TG_COPY_HOST_TO_DEVICE);
@@ -561,6 +575,18 @@ static tg_status host_to_device(tg_tensor *dst, const void *host, tg_dtype host_
 /* Contiguous host values of host_dtype ← src (on the device). */
 static tg_status device_to_host(void *host, tg_dtype host_dtype, const tg_tensor *src)
 {
+    if (crosses_kinds(host_dtype, src->dtype)) { /* src's own values first, converted on the host */
+        int64_t strides[TG_MAX_DIMS];
+        tg_contiguous_strides(src->ndim, src->shape, strides);
+        const size_t staged_bytes = (size_t)tg_numel(src) * tg_dtype_size(src->dtype);
+        void *staged = malloc(staged_bytes ? staged_bytes : 1);
+        if (!staged) return tg_set_error(TG_ERR_NOMEM, "tg_copy_to_host: out of host memory");
+        tg_status status = device_to_host(staged, src->dtype, src);
+        if (status == TG_OK)
+            copy_strided(host, host_dtype, strides, staged, src->dtype, strides, src->ndim, src->shape);
+        free(staged);
+        return status;
+    }
     size_t bytes = (size_t)tg_numel(src) * tg_dtype_size(host_dtype);
     if (host_dtype == src->dtype && tg_is_contiguous(src))
         return tg_device_memcpy(host, tg_bytes(src), bytes, TG_COPY_DEVICE_TO_HOST);
