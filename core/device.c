@@ -217,33 +217,24 @@ tg_status tg_device_memcpy(void *dst, const void *src, size_t bytes, tg_copy_dir
 #endif
 }
 
-tg_status tg_device_poison(tg_device device, void *ptr, size_t bytes)
+/* Every byte of the buffer ← value. */
+static tg_status fill_bytes(tg_device device, void *ptr, int value, size_t bytes)
 {
-    if (bytes == 0) return TG_OK;
+    if (bytes == 0) return TG_OK; /* an empty buffer may be NULL, which memset may not be given */
     if (device == TG_DEVICE_CPU) {
-        memset(ptr, 0xff, bytes);
+        memset(ptr, value, bytes);
         return TG_OK;
     }
 #ifdef TG_HAVE_CUDA
-    return tg_cuda_memset_ones(ptr, bytes);
+    return tg_cuda_memset(ptr, value, bytes);
 #else
     return no_cuda("device memset");
 #endif
 }
 
-tg_status tg_device_zero(tg_device device, void *ptr, size_t bytes)
-{
-    if (bytes == 0) return TG_OK; /* an empty buffer may be NULL, which memset may not be given */
-    if (device == TG_DEVICE_CPU) {
-        memset(ptr, 0, bytes);
-        return TG_OK;
-    }
-#ifdef TG_HAVE_CUDA
-    return tg_cuda_memset_zero(ptr, bytes);
-#else
-    return no_cuda("device memset");
-#endif
-}
+tg_status tg_device_poison(tg_device device, void *ptr, size_t bytes) { return fill_bytes(device, ptr, 0xff, bytes); }
+
+tg_status tg_device_zero(tg_device device, void *ptr, size_t bytes) { return fill_bytes(device, ptr, 0, bytes); }
 
 /* ---- CUDA graphs' memory ------------------------------------------------------------------------ */
 

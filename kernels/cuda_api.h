@@ -15,9 +15,9 @@ int tg_cuda_device_count(void);
 tg_status tg_cuda_malloc(void **ptr, size_t bytes);
 tg_status tg_cuda_free(void *ptr);
 tg_status tg_cuda_memcpy(void *dst, const void *src, size_t bytes, tg_copy_direction direction);
+/* Every byte ← value (0xff: NaN in every float dtype). */
+tg_status tg_cuda_memset(void *ptr, int value, size_t bytes);
 tg_status tg_cuda_memset_zero(void *ptr, size_t bytes);
-/* Every byte ← 0xff (NaN in every float dtype). */
-tg_status tg_cuda_memset_ones(void *ptr, size_t bytes);
 tg_status tg_cuda_synchronize(void);
 /* dst ← src elementwise: any strides, any dtypes, both on the device. */
 tg_status tg_cuda_copy(tg_tensor *dst, const tg_tensor *src);

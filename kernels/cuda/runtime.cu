@@ -48,17 +48,13 @@ extern "C" tg_status tg_cuda_memcpy(void *dst, const void *src, size_t bytes, tg
     return TG_OK;
 }
 
-extern "C" tg_status tg_cuda_memset_zero(void *ptr, size_t bytes)
+extern "C" tg_status tg_cuda_memset(void *ptr, int value, size_t bytes)
 {
-    if (bytes) TG_CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, tg_cuda_stream()));
+    if (bytes) TG_CUDA_CHECK(cudaMemsetAsync(ptr, value, bytes, tg_cuda_stream()));
     return TG_OK;
 }
 
-extern "C" tg_status tg_cuda_memset_ones(void *ptr, size_t bytes)
-{
-    if (bytes) TG_CUDA_CHECK(cudaMemsetAsync(ptr, 0xff, bytes, tg_cuda_stream()));
-    return TG_OK;
-}
+extern "C" tg_status tg_cuda_memset_zero(void *ptr, size_t bytes) { return tg_cuda_memset(ptr, 0, bytes); }
 
 extern "C" tg_status tg_cuda_synchronize(void)
 {
