@@ -132,7 +132,7 @@ static tg_status wait_for(const char *fn, const tg_dist *dist, MPI_Request *requ
                                 "%s: rank %d waited %.0f s for the other ranks (timeout_s): one has failed, "
                                 "died or is stuck",
                                 fn, dist->rank, dist->options.timeout_s);
-        struct timespec pause = {0, 20000}; /* 20 µs: MPI progresses inside MPI_Test */
+        struct timespec pause = {0, 20000}; /* a short pause: MPI makes progress inside MPI_Test */
         nanosleep(&pause, NULL);
     }
 }
@@ -146,6 +146,22 @@ static tg_status allgather(const char *fn, const tg_dist *dist, const void *mine
     if (MPI_Iallgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, MPI_COMM_WORLD, &request) != MPI_SUCCESS)
         return tg_set_error(TG_ERR_STATE, "%s: MPI_Iallgather failed on rank %d", fn, dist->rank);
     return wait_for(fn, dist, &request);
+}
+
+/* values (n of dtype) ← every rank's values added in rank order: rank 0's, plus rank 1's, …,
+ * the same bits on every rank. */
+static tg_status sum_in_rank_order(const char *fn, const tg_dist *dist, void *values, tg_dtype dtype, int64_t n)
+{
+    const size_t bytes = (size_t)n * tg_dtype_size(dtype);
+    char *all = malloc(bytes * (size_t)dist->size + 1);
+    if (!all) return tg_set_error(TG_ERR_NOMEM, "%s: out of memory for %d ranks' values", fn, dist->size);
+    tg_status status = allgather(fn, dist, values, all, bytes);
+    if (status == TG_OK) {
+        memcpy(values, all, bytes);
+        for (int r = 1; r < dist->size; r++) add_into(values, all + (size_t)r * bytes, dtype, n);
+    }
+    free(all);
+    return status;
 }
 
 #else
@@ -281,7 +297,6 @@ tg_status tg_dist_allreduce_grads(tg_dist *dist, tg_params *params)
 #ifdef TG_HAVE_MPI
     const tg_dtype dtype = store_dtype(params);
     const int64_t n = tg_params_numel(params);
-    const size_t bytes = (size_t)n * tg_dtype_size(dtype);
     void *grad = tg_params_grad(params);
     if (dist->options.mode == TG_DIST_FAST && (dtype == TG_F32 || dtype == TG_F64)) {
         if (n > INT32_MAX)
@@ -292,16 +307,7 @@ tg_status tg_dist_allreduce_grads(tg_dist *dist, tg_params *params)
             return tg_set_error(TG_ERR_STATE, "%s: MPI_Iallreduce failed on rank %d", fn, dist->rank);
         return wait_for(fn, dist, &request);
     }
-    /* Every rank's gradients, then the sum in rank order (the same on every rank). */
-    char *all = malloc(bytes * (size_t)dist->size + 1);
-    if (!all) return tg_set_error(TG_ERR_NOMEM, "%s: out of memory for %d ranks' gradients", fn, dist->size);
-    tg_status status = allgather(fn, dist, grad, all, bytes);
-    if (status == TG_OK) {
-        memcpy(grad, all, bytes);
-        for (int r = 1; r < dist->size; r++) add_into(grad, all + (size_t)r * bytes, dtype, n);
-    }
-    free(all);
-    return status;
+    return sum_in_rank_order(fn, dist, grad, dtype, n);
 #else
     return TG_OK;
 #endif
@@ -315,16 +321,7 @@ tg_status tg_dist_allreduce_sum(tg_dist *dist, double *values, int64_t n)
         return tg_set_error(TG_ERR_INVALID, "%s: %s", fn, n < 0 ? "n is negative" : "values is NULL");
     if (dist->size == 1 || n == 0) return TG_OK;
 #ifdef TG_HAVE_MPI
-    const size_t bytes = sizeof(double) * (size_t)n;
-    double *all = malloc(bytes * (size_t)dist->size);
-    if (!all) return tg_set_error(TG_ERR_NOMEM, "%s: out of memory", fn);
-    tg_status status = allgather(fn, dist, values, all, bytes);
-    if (status == TG_OK) {
-        memcpy(values, all, bytes);
-        for (int r = 1; r < dist->size; r++) add_into(values, all + (size_t)r * (size_t)n, TG_F64, n);
-    }
-    free(all);
-    return status;
+    return sum_in_rank_order(fn, dist, values, TG_F64, n);
 #else
     return TG_OK;
 #endif
