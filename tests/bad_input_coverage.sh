@@ -13,7 +13,7 @@ no_bad_input=(
     tg_bf16_to_f32 tg_f16_to_f32 tg_f32_to_bf16 tg_f32_to_f16 tg_matmul_set_tf32
     tg_set_num_threads  # n < 1 restores the default, n above the cap is capped
     tg_adamw_config tg_sgd_config  # build a config; tg_optim_create checks it (in the matrix)
-    tg_dist_defaults tg_dist_mpi_built
+    tg_dist_defaults tg_dist_mpi_built tg_dist_nccl_built
 )
 # Frees: NULL does nothing, as with free(); anything else must come from the matching create.
 frees=(tg_tape_free tg_params_free tg_optim_free tg_mamba_free tg_text_free tg_graph_free tg_dist_finalize)

@@ -1273,6 +1273,7 @@ BAD_INPUT(tg_dist_init, "mode", "a value outside tg_dist_mode")
 BAD_INPUT(tg_dist_rank, "dist", "NULL") { BI_EXPECT_VALUE(f, tg_dist_rank(NULL), 0); }
 BAD_INPUT(tg_dist_world_size, "dist", "NULL") { BI_EXPECT_VALUE(f, tg_dist_world_size(NULL), 1); }
 BAD_INPUT(tg_dist_barrier, "dist", "NULL") { BI_EXPECT_STATUS(f, tg_dist_barrier(NULL)); }
+BAD_INPUT(tg_dist_sync, "dist", "NULL") { BI_EXPECT_STATUS(f, tg_dist_sync(NULL)); }
 BAD_INPUT(tg_dist_check_params, "dist", "NULL") { BI_EXPECT_STATUS(f, tg_dist_check_params(NULL, f->params)); }
 BAD_INPUT(tg_dist_broadcast_params, "dist", "NULL") { BI_EXPECT_STATUS(f, tg_dist_broadcast_params(NULL, f->params)); }
 BAD_INPUT(tg_dist_allreduce_grads, "dist", "NULL") { BI_EXPECT_STATUS(f, tg_dist_allreduce_grads(NULL, f->params)); }
