@@ -500,7 +500,7 @@ static void print_summary(const train_session *s, int64_t vocab_size)
         fprintf(stderr, "data parallel: %d ranks, %lld sequences each per step\n", world, (long long)o->batch / world);
 }
 
-/* Joins the launcher's ranks (a world of one without mpirun). Ranks other than 0 print
+/* Joins the launcher's ranks (a world of one without a launcher). Ranks other than 0 print
  * nothing but errors: their stdout goes to /dev/null. */
 static tg_status join_ranks(train_session *s)
 {
@@ -508,9 +508,9 @@ static tg_status join_ranks(train_session *s)
     if (!(s->dist = tg_dist_init(NULL))) return TG_ERR_STATE;
     const int world = tg_dist_world_size(s->dist);
     if (world == 1) return TG_OK;
-    if (s->device != TG_DEVICE_CPU)
-        return tg_set_error(TG_ERR_DEVICE, "--device %s: under mpirun the ranks train on the CPU (--device cpu)",
-                            tg_device_name(s->device));
+    if (s->device == TG_DEVICE_CUDA && !tg_dist_nccl_built())
+        return tg_set_error(TG_ERR_DEVICE,
+                            "--device cuda: ranks on GPUs need NCCL, which this build has not (or --device cpu)");
     if (o->batch % world != 0)
         return tg_set_error(TG_ERR_INVALID, "--batch %lld: it must split evenly over the %d ranks", (long long)o->batch,
                             world);
@@ -795,7 +795,8 @@ tg_status train_end_step(train_session *s)
     const train_options *o = s->options;
     bool last = s->step == end_step(s), save = o->ckpt && (s->step % o->ckpt_every == 0 || last);
     bool window_full = s->step % o->log_every == 0;
-    bool redraw = st->tty && train_seconds() - st->last_draw > 0.25;
+    /* the ranks flush together (the flush sums their numbers): never on a clock's say-so */
+    bool redraw = st->tty && tg_dist_world_size(s->dist) == 1 && train_seconds() - st->last_draw > 0.25;
     if ((save || last || window_full || redraw || st->eval_recorded || train_stepper_full(st->stepper)) &&
         write_rows(s) != TG_OK)
         return TG_ERR_STATE;

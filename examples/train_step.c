@@ -7,9 +7,10 @@
  * CUDA graph (after one step run directly, which sizes the allocator's blocks) and
  * replayed from then on: one launch per step instead of a few hundred. Nothing in a step
  * waits for the device; each step's loss and hits are copied into a ring of tensors,
- * which train_stepper_flush reads back when the program needs the numbers. Under mpirun
- * (tapegrad/dist.h) each rank runs the step on its rows of the batch, and the ranks sum
- * their gradients before the update and their numbers after it. */
+ * which train_stepper_flush reads back when the program needs the numbers. Under a
+ * launcher (tapegrad/dist.h: mpirun, or TG_WORLD_SIZE for GPUs) each rank runs the step on
+ * its rows of the batch, and the ranks sum their gradients before the update (inside the
+ * graph on GPUs) and their numbers when they are flushed. */
 #include "train_step.h"
 
 #include <math.h>
@@ -81,17 +82,6 @@ static tg_status queue_step(train_stepper *t)
     return tg_params_zero_grad(s->params);
 }
 
-/* The step's numbers over all ranks (the loss a mean over every scored target): the metrics
- * are on the host, since ranks train on the CPU. */
-static tg_status global_metrics(train_stepper *t)
-{
-    if (tg_dist_world_size(t->s->dist) == 1) return TG_OK;
-    double *m = tg_data(t->metrics), sums[3] = {m[0] * m[2], m[1], m[2]};
-    tg_status status = tg_dist_allreduce_sum(t->s->dist, sums, 3);
-    if (status == TG_OK) m[0] = sums[2] > 0 ? sums[0] / sums[2] : m[0], m[1] = sums[1], m[2] = sums[2];
-    return status;
-}
-
 /* Captures the step as a graph. The step queued during the capture has not run yet: the
  * replay that follows runs it. */
 static tg_status capture(train_stepper *t)
@@ -124,7 +114,6 @@ tg_status train_stepper_step(train_stepper *t, int64_t step)
         status = queue_step(t);
         tg_tape_reset(s->tape);
     }
-    if (status == TG_OK) status = global_metrics(t);
     if (status != TG_OK) return status;
     t->steps_run++;
     t->ring_step[t->pending] = step;
@@ -137,14 +126,27 @@ bool train_stepper_full(const train_stepper *t) { return t->pending == RING; }
 
 bool train_stepper_uses_graph(const train_stepper *t) { return t->graph != NULL; }
 
+/* The flushed steps' numbers over all ranks (each loss a mean over every scored target):
+ * one sum of the ranks' (loss × scored, correct, scored) per step. */
+static tg_status global_metrics(train_stepper *t, double (*m)[3], int n)
+{
+    if (tg_dist_world_size(t->s->dist) == 1) return TG_OK;
+    for (int i = 0; i < n; i++) m[i][0] *= m[i][2];
+    tg_status status = tg_dist_allreduce_sum(t->s->dist, &m[0][0], 3 * (int64_t)n);
+    for (int i = 0; i < n; i++) m[i][0] = m[i][2] > 0 ? m[i][0] / m[i][2] : m[i][0];
+    return status;
+}
+
 tg_status train_stepper_flush(train_stepper *t, train_step_numbers *numbers)
 {
-    tg_status status = tg_device_check_errors(t->s->device); /* waits for the queued steps */
-    for (int i = 0; status == TG_OK && i < t->pending; i++) {
-        double m[3];
-        status = tg_copy_to_host(t->ring[i], m, TG_F64);
-        numbers[i] = (train_step_numbers){t->ring_step[i], m[0], m[2] > 0 ? m[1] / m[2] : NAN};
-    }
+    /* waits for the queued steps (with the ranks' deadline under a launcher) */
+    tg_status status = tg_dist_sync(t->s->dist);
+    if (status == TG_OK) status = tg_device_check_errors(t->s->device);
+    double m[RING][3];
+    for (int i = 0; status == TG_OK && i < t->pending; i++) status = tg_copy_to_host(t->ring[i], m[i], TG_F64);
+    if (status == TG_OK) status = global_metrics(t, m, t->pending);
+    for (int i = 0; status == TG_OK && i < t->pending; i++)
+        numbers[i] = (train_step_numbers){t->ring_step[i], m[i][0], m[i][2] > 0 ? m[i][1] / m[i][2] : NAN};
     t->pending = 0;
     return status;
 }
