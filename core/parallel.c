@@ -6,11 +6,13 @@
  * results never depend on the number of threads. Starting a thread costs tens of
  * microseconds, waking a waiting one a few: at the small sizes, where a step makes hundreds
  * of these calls, the pool is what keeps the threads worth having. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "internal.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 enum { MAX_THREADS = 64 };
@@ -56,18 +58,65 @@ static void take_parts(shared_work *w)
 /* ---- the pool --------------------------------------------------------------------------------
  * One call at a time uses it (dispatch_lock); a call that finds it busy (another thread's, or
  * a part that itself splits) starts threads of its own. Workers 1 .. active − 1 take parts of
- * each new generation's work they see, then count themselves out of `pending`. */
+ * each new generation's work they see, then count themselves out of `pending`.
+ *
+ * Waking a thread that sleeps on a condition variable takes a system call and, on a virtual
+ * machine, often tens of microseconds before it runs: at the demo's sizes a step makes
+ * hundreds of calls only a little longer than that. So a worker first spins on the
+ * generation for a while after its last part (and the caller on `pending`), and only then
+ * sleeps; a new generation is published with a release store after the work it describes,
+ * and the sleepers are woken under the lock as before. */
+enum { SPIN_NS = 200000 }; /* how long a thread spins before it sleeps */
+
 static struct {
     pthread_mutex_t dispatch_lock, lock;
     pthread_cond_t work, done;
     shared_work *current;
-    int workers; /* started so far: workers 1 .. workers */
-    int active;  /* workers 1 .. active − 1 join this generation */
-    int pending; /* workers of this generation still running */
-    unsigned generation;
+    int workers;         /* started so far: workers 1 .. workers */
+    int active;          /* workers 1 .. active − 1 join this generation */
+    _Atomic int pending; /* workers of this generation still running */
+    _Atomic unsigned generation;
     unsigned started_at[MAX_THREADS]; /* the generation at each worker's start */
     pid_t owner;                      /* the process that started them: a forked child has none */
 } pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER};
+
+static int64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* Spins until done(arg) holds or SPIN_NS pass; whether it holds. */
+static bool spin_until(bool (*done)(const void *), const void *arg)
+{
+    const int64_t start = now_ns();
+    for (int i = 1;; i++) {
+        if (done(arg)) return true;
+        cpu_relax();
+        if (i % 64 == 0 && now_ns() - start > SPIN_NS) return done(arg);
+    }
+}
+
+static bool generation_moved(const void *seen)
+{
+    return atomic_load_explicit(&pool.generation, memory_order_acquire) != *(const unsigned *)seen;
+}
+
+static bool workers_done(const void *unused)
+{
+    (void)unused;
+    return atomic_load_explicit(&pool.pending, memory_order_acquire) == 0;
+}
 
 static void *worker_main(void *arg)
 {
@@ -75,16 +124,20 @@ static void *worker_main(void *arg)
     /* The generation current when it was started (no call was running then): the first it
      * runs is the next one, however late this thread gets going. */
     unsigned seen = pool.started_at[k];
-    pthread_mutex_lock(&pool.lock);
     for (;;) {
-        while (pool.generation == seen) pthread_cond_wait(&pool.work, &pool.lock);
-        seen = pool.generation;
+        if (!spin_until(generation_moved, &seen)) {
+            pthread_mutex_lock(&pool.lock);
+            while (atomic_load(&pool.generation) == seen) pthread_cond_wait(&pool.work, &pool.lock);
+            pthread_mutex_unlock(&pool.lock);
+        }
+        seen = atomic_load_explicit(&pool.generation, memory_order_acquire);
         if (k >= pool.active) continue; /* not needed this time */
-        shared_work *w = pool.current;
-        pthread_mutex_unlock(&pool.lock);
-        take_parts(w);
-        pthread_mutex_lock(&pool.lock);
-        if (--pool.pending == 0) pthread_cond_signal(&pool.done);
+        take_parts(pool.current);
+        if (atomic_fetch_sub_explicit(&pool.pending, 1, memory_order_acq_rel) == 1) {
+            pthread_mutex_lock(&pool.lock); /* the caller may be asleep: wake it under the lock */
+            pthread_cond_signal(&pool.done);
+            pthread_mutex_unlock(&pool.lock);
+        }
     }
     return NULL;
 }
@@ -96,7 +149,7 @@ static bool pool_ready(int threads)
     if (pool.owner != getpid()) pool.workers = 0, pool.owner = getpid(); /* after a fork */
     while (pool.workers < threads - 1) {
         pthread_t id;
-        pool.started_at[pool.workers + 1] = pool.generation;
+        pool.started_at[pool.workers + 1] = atomic_load(&pool.generation);
         if (pthread_create(&id, NULL, worker_main, (void *)(intptr_t)(pool.workers + 1)) != 0) return false;
         pthread_detach(id);
         pool.workers++;
@@ -116,14 +169,16 @@ static bool run_on_pool(shared_work *w, int threads)
     pthread_mutex_lock(&pool.lock);
     pool.current = w;
     pool.active = threads;
-    pool.pending = threads - 1;
-    pool.generation++;
+    atomic_store_explicit(&pool.pending, threads - 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&pool.generation, 1, memory_order_release); /* publishes the three above */
     pthread_cond_broadcast(&pool.work);
     pthread_mutex_unlock(&pool.lock);
     take_parts(w);
-    pthread_mutex_lock(&pool.lock);
-    while (pool.pending > 0) pthread_cond_wait(&pool.done, &pool.lock);
-    pthread_mutex_unlock(&pool.lock);
+    if (!spin_until(workers_done, NULL)) {
+        pthread_mutex_lock(&pool.lock);
+        while (atomic_load(&pool.pending) > 0) pthread_cond_wait(&pool.done, &pool.lock);
+        pthread_mutex_unlock(&pool.lock);
+    }
     pthread_mutex_unlock(&pool.dispatch_lock);
     return true;
 }
