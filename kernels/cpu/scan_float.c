@@ -197,12 +197,95 @@ static void lanes_to_rows(const float *x, int64_t channels, int64_t L, float *ro
         for (int64_t g = 0; g < channels; g++) rows[g * row_stride + t] = x[t * G + g];
 }
 
+/* The same two copies in 8 × 8 blocks, for CPUs whose vectors hold 8 floats (AVX2): a G × G
+ * block is four 8 × 8 ones, each transposed with the in-lane interleaves and 128-bit swaps
+ * AVX2 has (24 shuffles), where the shuffles of whole G-wide rows cross lanes at every step. */
+typedef float eight __attribute__((vector_size(8 * sizeof(float))));
+
+static inline eight load_eight(const float *p)
+{
+    eight v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void store_eight(float *p, eight v) { memcpy(p, &v, sizeof v); }
+
+static inline void transpose_eight(eight r[8])
+{
+    eight t[8], u[8];
+    for (int i = 0; i < 4; i++) { /* rows 2i, 2i + 1 interleaved within each 128-bit half */
+        t[2 * i] = __builtin_shufflevector(r[2 * i], r[2 * i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+        t[2 * i + 1] = __builtin_shufflevector(r[2 * i], r[2 * i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
+    }
+    for (int h = 0; h < 2; h++) /* four rows' columns together, within each half */
+        for (int i = 0; i < 2; i++) {
+            eight a = t[4 * h + i], b = t[4 * h + i + 2];
+            u[4 * h + 2 * i] = __builtin_shufflevector(a, b, 0, 1, 8, 9, 4, 5, 12, 13);
+            u[4 * h + 2 * i + 1] = __builtin_shufflevector(a, b, 2, 3, 10, 11, 6, 7, 14, 15);
+        }
+    for (int i = 0; i < 4; i++) { /* the halves swapped across */
+        r[i] = __builtin_shufflevector(u[i], u[i + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+        r[i + 4] = __builtin_shufflevector(u[i], u[i + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+    }
+}
+
+/* rows_to_lanes in 8 × 8 blocks: block (c, s) holds channels 8c … 8c + 7 at steps
+ * t0 + 8s … t0 + 8s + 7, and its transpose goes to lanes 8c … of those steps. */
+TG_VECTOR_CLONES
+static void rows_to_lanes_by_eights(const float *rows, int64_t row_stride, int64_t channels, int64_t L, float *x)
+{
+    int64_t t0 = 0;
+    for (; t0 + G <= L; t0 += G)
+        for (int c = 0; c < 2; c++)
+            for (int s = 0; s < 2; s++) {
+                eight r[8] = {{0}};
+                for (int64_t j = 0; j < 8 && 8 * c + j < channels; j++)
+                    r[j] = load_eight(rows + (8 * c + j) * row_stride + t0 + 8 * s);
+                transpose_eight(r);
+                for (int k = 0; k < 8; k++) store_eight(x + (t0 + 8 * s + k) * G + 8 * c, r[k]);
+            }
+    for (int64_t t = t0; t < L; t++)
+        for (int64_t g = 0; g < G; g++) x[t * G + g] = g < channels ? rows[g * row_stride + t] : 0.0f;
+}
+
+TG_VECTOR_CLONES
+static void lanes_to_rows_by_eights(const float *x, int64_t channels, int64_t L, float *rows, int64_t row_stride)
+{
+    int64_t t0 = 0;
+    for (; t0 + G <= L; t0 += G)
+        for (int c = 0; c < 2 && 8 * c < channels; c++)
+            for (int s = 0; s < 2; s++) {
+                eight r[8];
+                for (int k = 0; k < 8; k++) r[k] = load_eight(x + (t0 + 8 * s + k) * G + 8 * c);
+                transpose_eight(r);
+                for (int64_t j = 0; j < 8 && 8 * c + j < channels; j++)
+                    store_eight(rows + (8 * c + j) * row_stride + t0 + 8 * s, r[j]);
+            }
+    for (int64_t t = t0; t < L; t++)
+        for (int64_t g = 0; g < channels; g++) rows[g * row_stride + t] = x[t * G + g];
+}
+
+/* Whether the CPU's vectors hold G floats (AVX-512), so that whole-row shuffles are cheap. */
+static bool vectors_hold_a_group(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    return __builtin_cpu_supports("avx512f");
+#else
+    return false;
+#endif
+}
+
 /* x[t·G + g] = v[b, d0 + g, t], 0 for the padding channels. */
 static void load_rows(const tg_tensor *v, const group *q, float *x)
 {
     const int64_t at = q->b * v->strides[0] + q->d0 * v->strides[1];
     if (v->dtype == TG_F32 && v->strides[2] == 1) {
-        rows_to_lanes((const float *)tg_bytes(v) + at, v->strides[1], q->channels, q->L, x);
+        const float *rows = (const float *)tg_bytes(v) + at;
+        if (vectors_hold_a_group())
+            rows_to_lanes(rows, v->strides[1], q->channels, q->L, x);
+        else
+            rows_to_lanes_by_eights(rows, v->strides[1], q->channels, q->L, x);
         return;
     }
     memset(x, 0, sizeof(float) * (size_t)(q->L * G));
@@ -213,7 +296,11 @@ static void store_rows(tg_tensor *v, const group *q, const float *x)
 {
     const int64_t at = q->b * v->strides[0] + q->d0 * v->strides[1];
     if (v->dtype == TG_F32 && v->strides[2] == 1) {
-        lanes_to_rows(x, q->channels, q->L, (float *)tg_bytes(v) + at, v->strides[1]);
+        float *rows = (float *)tg_bytes(v) + at;
+        if (vectors_hold_a_group())
+            lanes_to_rows(x, q->channels, q->L, rows, v->strides[1]);
+        else
+            lanes_to_rows_by_eights(x, q->channels, q->L, rows, v->strides[1]);
         return;
     }
     for (int64_t g = 0; g < q->channels; g++) store_run(v, at + g * v->strides[1], v->strides[2], q->L, x + g, G);
