@@ -661,7 +661,10 @@ static void backward_rows(void *context, int64_t b_begin, int64_t b_end)
     const int64_t D = a->u->shape[1], L = a->u->shape[2], N = a->A->shape[1];
     group_buffers gb;
     reverse_buffers s;
-    bool ok = alloc_buffers(&gb, a) & alloc_reverse(&s, N, L, a->chunk < L ? a->chunk : L);
+    /* Both allocations run even if one fails, so the frees below see every pointer set. */
+    const bool have_groups = alloc_buffers(&gb, a);
+    const bool have_reverse = alloc_reverse(&s, N, L, a->chunk < L ? a->chunk : L);
+    bool ok = have_groups && have_reverse;
     for (int64_t b = b_begin; ok && b < b_end; b++) {
         load_transposed(a->Bm, b, N, L, gb.Bt);
         load_transposed(a->Cm, b, N, L, gb.Ct);
