@@ -75,22 +75,21 @@ static tg_device store_device(const tg_params *params)
     return tg_params_count(params) ? tg_params_get(params, 0)->device : TG_DEVICE_CPU;
 }
 
-/* The checks every call makes; false (error set) when dist or params is not usable: a CUDA
- * store needs NCCL, a CPU store MPI (once there is more than one rank). */
-static bool usable(const char *fn, const tg_dist *dist, const tg_params *params)
+/* The checks every call makes: TG_OK, or the error (set) when dist or params is not usable:
+ * a CUDA store needs NCCL, a CPU store MPI (once there is more than one rank). */
+static tg_status check_usable(const char *fn, const tg_dist *dist, const tg_params *params)
 {
-    if (!dist) return tg_set_error(TG_ERR_INVALID, "%s: dist is NULL", fn), false;
-    if (!params) return tg_set_error(TG_ERR_INVALID, "%s: params is NULL", fn), false;
+    if (!dist) return tg_set_error(TG_ERR_INVALID, "%s: dist is NULL", fn);
+    if (!params) return tg_set_error(TG_ERR_INVALID, "%s: params is NULL", fn);
     const tg_device device = store_device(params);
     if (device == TG_DEVICE_CUDA && !tg_dist_nccl_built() && dist->size > 1)
-        return tg_set_error(TG_ERR_DEVICE, "%s: params: the store is on cuda, and this build has no NCCL", fn), false;
+        return tg_set_error(TG_ERR_DEVICE, "%s: params: the store is on cuda, and this build has no NCCL", fn);
     if (device == TG_DEVICE_CPU && dist->nccl_world)
         return tg_set_error(TG_ERR_DEVICE,
                             "%s: params: the store is on the CPU, but ranks started through TG_WORLD_SIZE talk over "
                             "NCCL, which takes GPU stores only (start CPU ranks with mpirun)",
-                            fn),
-               false;
-    return true;
+                            fn);
+    return TG_OK;
 }
 
 static tg_dtype store_dtype(const tg_params *params)
@@ -454,7 +453,8 @@ tg_status tg_dist_barrier(tg_dist *dist)
 tg_status tg_dist_check_params(tg_dist *dist, const tg_params *params)
 {
     const char *fn = "tg_dist_check_params";
-    if (!usable(fn, dist, params)) return TG_ERR_INVALID;
+    tg_status usable = check_usable(fn, dist, params);
+    if (usable != TG_OK) return usable;
     if (!has_peers(dist)) return TG_OK;
     params_layout mine = layout_of(params), *all = malloc(sizeof *all * (size_t)dist->size);
     if (!all) return tg_set_error(TG_ERR_NOMEM, "%s: out of memory", fn);
@@ -477,7 +477,8 @@ tg_status tg_dist_check_params(tg_dist *dist, const tg_params *params)
 tg_status tg_dist_broadcast_params(tg_dist *dist, tg_params *params)
 {
     const char *fn = "tg_dist_broadcast_params";
-    if (!usable(fn, dist, params)) return TG_ERR_INVALID;
+    tg_status usable = check_usable(fn, dist, params);
+    if (usable != TG_OK) return usable;
     if (!has_peers(dist)) return TG_OK;
     tg_status status = tg_dist_check_params(dist, params);
     if (status != TG_OK) return status;
@@ -499,7 +500,8 @@ tg_status tg_dist_broadcast_params(tg_dist *dist, tg_params *params)
 tg_status tg_dist_allreduce_grads(tg_dist *dist, tg_params *params)
 {
     const char *fn = "tg_dist_allreduce_grads";
-    if (!usable(fn, dist, params)) return TG_ERR_INVALID;
+    tg_status usable = check_usable(fn, dist, params);
+    if (usable != TG_OK) return usable;
     if (!has_peers(dist)) return TG_OK;
     const tg_dtype dtype = store_dtype(params);
     const int64_t n = tg_params_numel(params);
@@ -539,7 +541,8 @@ tg_status tg_dist_allreduce_sum(tg_dist *dist, double *values, int64_t n)
 tg_status tg_dist_check_same_values(tg_dist *dist, const tg_params *params)
 {
     const char *fn = "tg_dist_check_same_values";
-    if (!usable(fn, dist, params)) return TG_ERR_INVALID;
+    tg_status usable = check_usable(fn, dist, params);
+    if (usable != TG_OK) return usable;
     if (!has_peers(dist)) return TG_OK;
     const size_t bytes = (size_t)tg_params_numel(params) * tg_dtype_size(store_dtype(params));
     const void *data = tg_params_data((tg_params *)params);
