@@ -70,7 +70,8 @@
 # stopped short. Within one call of ten minutes, run the check with --no-peers and the
 # peers in a second call (--bench-only). The sanitizers run the whole conv1d test binary; to
 # sanitize part of it, set SANITIZE_FILTER to a Criterion --filter pattern (e.g. '*/fwd_*');
-# SANITIZE_OTHERS=0 leaves the other CUDA test binaries out of memcheck; BENCH_ARGS passes
+# SANITIZE_OTHERS=0 leaves the other CUDA test binaries out of memcheck; SANITIZE_SECONDS
+# caps each sanitizer step (default 150; they run side by side); BENCH_ARGS passes
 # options to the benchmark (e.g. "--runs 30"); TG_COMMIT names the commit in the header when
 # the tree was copied without its history.
 set -u
@@ -226,6 +227,10 @@ sanitize() { # sanitize TOOL BINARY LIMIT: one compute-sanitizer step, started i
     [ -z "$pattern" ] && [ "$tool" = racecheck ] &&
         pattern='!(*/tensors_beyond_2_31_elements|*/grouped_forward_at_the_grid_limit)'
     [ -n "$pattern" ] && [ "$(basename "$binary")" = test_cuda_conv1d ] && filter=(--filter "$pattern")
+    # Each NCCL communicator takes about half a minute to start under the sanitizer: keep the
+    # tests of the library's own kernels (the rank-order sum, the all-reduce in a graph).
+    [ "$(basename "$binary")" = test_cuda_dist ] &&
+        filter=(--filter '*/@(the_rank_order_sum_matches_the_host|steps_with_a_deterministic_allreduce_in_a_graph_equal_plain_ones)')
     sanitizer_steps+=("$name")
     run_limited "$name" "$limit" "$SANITIZER" --tool "$tool" --target-processes all --error-exitcode 1 \
         --print-limit 20 "$binary" --jobs 1 "${filter[@]}" >"$LOGS/$name.outcome" &
@@ -256,7 +261,7 @@ elif [ ! -f build/CTestTestfile.cmake ]; then
 else
     wanted ctest && run_step ctest "$(limit_for 240 "$reserve")" ctest --test-dir build --output-on-failure --no-tests=error -j8 \
         ${CTEST_EXCLUDE:+-E "$CTEST_EXCLUDE"} ${CTEST_INCLUDE:+-R "$CTEST_INCLUDE"}
-    limit=$(limit_for 150 "$reserve")
+    limit=$(limit_for "${SANITIZE_SECONDS:-150}" "$reserve")
     if ! wanted sanitizers; then
         skip_step sanitizers "not in --only"
     elif [ "$limit" -lt 5 ]; then
