@@ -8,7 +8,8 @@
  * group reads into float arrays in that layout ([t][g] for u, dt, z; [n][g] for A and the
  * state), so the hot loops read contiguous floats, call a branch-free exp and vectorise:
  * they are built for AVX-512, AVX2 and plain x86-64, and the CPU picks one when the
- * program loads. A lane's sums (the readout Cm·h over n, the gradients' sums over n) run
+ * program loads (without AVX-512, the step loops' twins *_by_eights hold a group as two
+ * 8-float halves). A lane's sums (the readout Cm·h over n, the gradients' sums over n) run
  * in n order, as in the scalar path; the build never contracts a product and a sum into
  * one fused operation (ISO C mode); so every instruction set gives the same bits. Sums
  * over t and b (dA, dDv, dbias) are taken in double, in the order of the double path; sums
@@ -427,6 +428,46 @@ static void run_steps(group *q, int64_t t0, int64_t t1, float *restrict H, float
     }
 }
 
+/* run_steps in two halves of 8 floats, for CPUs without AVX-512. GCC keeps a G-wide vector
+ * that a loop carries (the readout y) in memory when the CPU's vectors are narrower, and
+ * moves it through general registers at every step; two 8-float vectors stay in registers.
+ * The operations and their order are run_steps' own, lane by lane, so the bits are too. */
+TG_VECTOR_CLONES
+static void run_steps_by_eights(group *q, int64_t t0, int64_t t1, float *restrict H, float *restrict E)
+{
+    const int64_t N = q->N;
+    const eight skip[2] = {load_eight(q->skip), load_eight(q->skip + 8)};
+    for (int64_t t = t0; t < t1; t++) {
+        eight u[2], du[2], y[2] = {{0}, {0}};
+        for (int k = 0; k < 2; k++) {
+            u[k] = load_eight(q->u + t * G + 8 * k);
+            du[k] = load_eight(q->dt + t * G + 8 * k) * u[k];
+        }
+        float *decay = E ? E + (t - t0) * N * G : q->decay;
+        decays(q->dt + t * G, q->A, N, decay);
+        for (int64_t n = 0; n < N; n++) {
+            const float bn = q->Bt[t * N + n], cn = q->Ct[t * N + n];
+            for (int k = 0; k < 2; k++) {
+                const int64_t at = n * G + 8 * k;
+                const eight h = load_eight(decay + at) * load_eight(q->h + at) + du[k] * bn;
+                y[k] += cn * h;
+                store_eight(q->h + at, h);
+                if (H) store_eight(H + (t - t0 + 1) * N * G + at, h);
+            }
+        }
+        for (int k = 0; k < 2; k++) store_eight(q->y + t * G + 8 * k, y[k] + skip[k] * u[k]);
+    }
+}
+
+/* Steps [t0, t1) with the loop that suits the CPU's vectors. */
+static void advance(group *q, int64_t t0, int64_t t1, float *restrict H, float *restrict E)
+{
+    if (vectors_hold_a_group())
+        run_steps(q, t0, t1, H, E);
+    else
+        run_steps_by_eights(q, t0, t1, H, E);
+}
+
 /* ---- forward ----------------------------------------------------------------------------------- */
 
 /* One thread's buffers; A, bias and skip hold every group's (load_channels). */
@@ -501,7 +542,7 @@ static void forward_group(forward_job *job, group *q)
     load_state(a->initial_state, q, q->h);
     for (int64_t t0 = 0; t0 < L; t0 += chunk) {
         if (job->chunk_states) save_chunk_state(job->chunk_states, q, t0 / chunk);
-        run_steps(q, t0, t0 + chunk < L ? t0 + chunk : L, NULL, NULL);
+        advance(q, t0, t0 + chunk < L ? t0 + chunk : L, NULL, NULL);
     }
     if (q->z) gate(q->y, q->z, L * G);
     store_rows(job->out, q, q->y);
@@ -594,6 +635,86 @@ static void reverse_steps(const group *q, int64_t t0, int64_t t1, reverse_buffer
     store_wide(s->dbias, dbias);
 }
 
+/* Four doubles: a quarter of a group's double lanes, one AVX2 register. */
+typedef double four_doubles __attribute__((vector_size(4 * sizeof(double))));
+
+static inline four_doubles low_four(eight v)
+{
+    return __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3), four_doubles);
+}
+
+static inline four_doubles high_four(eight v)
+{
+    return __builtin_convertvector(__builtin_shufflevector(v, v, 4, 5, 6, 7), four_doubles);
+}
+
+static inline void add_to_doubles(double *p, eight v)
+{
+    four_doubles low, high;
+    memcpy(&low, p, sizeof low);
+    memcpy(&high, p + 4, sizeof high);
+    low += low_four(v), high += high_four(v);
+    memcpy(p, &low, sizeof low);
+    memcpy(p + 4, &high, sizeof high);
+}
+
+/* sum_lanes of the group whose lanes 0–7 are a and 8–15 are b, in sum_lanes' tree. */
+static inline double sum_halves(eight a, eight b)
+{
+    const four_doubles s = (low_four(a) + low_four(b)) + (high_four(a) + high_four(b));
+    return (s[0] + s[2]) + (s[1] + s[3]);
+}
+
+/* reverse_steps in two halves of 8 floats, for CPUs without AVX-512 (see run_steps_by_eights):
+ * the same operations in the same order, lane by lane, and the same sums. */
+TG_VECTOR_CLONES
+static void reverse_steps_by_eights(const group *q, int64_t t0, int64_t t1, reverse_buffers *s)
+{
+    const int64_t N = q->N;
+    const eight skip[2] = {load_eight(q->skip), load_eight(q->skip + 8)};
+    for (int64_t t = t1 - 1; t >= t0; t--) {
+        eight dt[2], u[2], dy[2], dtu[2], du[2] = {{0}, {0}}, ddt[2] = {{0}, {0}};
+        for (int k = 0; k < 2; k++) {
+            dt[k] = load_eight(q->dt + t * G + 8 * k), u[k] = load_eight(q->u + t * G + 8 * k);
+            dy[k] = load_eight(s->dy + t * G + 8 * k), dtu[k] = dt[k] * u[k];
+        }
+        for (int64_t n = 0; n < N; n++) {
+            const float bn = q->Bt[t * N + n], cn = q->Ct[t * N + n];
+            eight dh_dtu[2], dy_h[2];
+            for (int k = 0; k < 2; k++) {
+                const int64_t at = ((t - t0) * N + n) * G + 8 * k, nk = n * G + 8 * k;
+                const eight decay = load_eight(s->E + at), h_prev = load_eight(s->H + at);
+                const eight dh = cn * dy[k] + load_eight(s->carry + nk);
+                const eight dh_decay_prev = dh * decay * h_prev;
+                du[k] += dh * dt[k] * bn;
+                ddt[k] += dh * bn * u[k] + load_eight(q->A + nk) * dh_decay_prev;
+                add_to_doubles(s->dA + nk, dt[k] * dh_decay_prev);
+                store_eight(s->carry + nk, decay * dh);
+                dh_dtu[k] = dh * dtu[k];
+                dy_h[k] = dy[k] * load_eight(s->H + at + N * G);
+            }
+            if (s->dBt) s->dBt[t * N + n] += sum_halves(dh_dtu[0], dh_dtu[1]);
+            if (s->dCt) s->dCt[t * N + n] += sum_halves(dy_h[0], dy_h[1]);
+        }
+        for (int k = 0; k < 2; k++) {
+            const eight ddelta = ddt[k] * load_eight(q->slope + t * G + 8 * k);
+            store_eight(s->du + t * G + 8 * k, du[k] + skip[k] * dy[k]);
+            store_eight(s->ddt + t * G + 8 * k, ddelta);
+            add_to_doubles(s->dDv + 8 * k, dy[k] * u[k]);
+            add_to_doubles(s->dbias + 8 * k, ddelta);
+        }
+    }
+}
+
+/* Steps t1 − 1 … t0 of the reverse scan with the loop that suits the CPU's vectors. */
+static void retreat(const group *q, int64_t t0, int64_t t1, reverse_buffers *s)
+{
+    if (vectors_hold_a_group())
+        reverse_steps(q, t0, t1, s);
+    else
+        reverse_steps_by_eights(q, t0, t1, s);
+}
+
 /* v[b, d0 + g, n, c] (the chunk states) into the group's state. */
 static void load_chunk_state(const tg_tensor *v, const group *q, int64_t c, float *x)
 {
@@ -625,8 +746,8 @@ static void backward_group(const scan_backward_job *job, group *q, reverse_buffe
         const int64_t t0 = c * chunk, t1 = t0 + chunk < L ? t0 + chunk : L;
         load_chunk_state(job->chunk_states, q, c, q->h);
         memcpy(s->H, q->h, sizeof(float) * (size_t)(N * G));
-        run_steps(q, t0, t1, s->H, s->E);
-        reverse_steps(q, t0, t1, s);
+        advance(q, t0, t1, s->H, s->E);
+        retreat(q, t0, t1, s);
     }
     if (g->dz) {
         gate_gradient(s->gout, q->z, q->y, L * G);
