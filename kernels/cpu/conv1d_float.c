@@ -20,8 +20,13 @@
 
 #define LANES 8 /* doubles per vector of the weight-gradient sums */
 
-typedef double sum_lanes __attribute__((vector_size(LANES * sizeof(double))));
-typedef float float_lanes __attribute__((vector_size(LANES * sizeof(float))));
+/* The 8 double lanes as two halves of 4 (lanes 0–3 and 4–7): one AVX2 register each. GCC
+ * keeps a loop-carried 8-double vector in memory on CPUs whose registers are narrower. */
+typedef double four_doubles __attribute__((vector_size(4 * sizeof(double))));
+typedef float four_floats __attribute__((vector_size(4 * sizeof(float))));
+typedef struct {
+    four_doubles low, high;
+} sum_lanes;
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wpsabi" /* vectors passed by value between static functions only */
 #endif
@@ -85,27 +90,37 @@ static void input_gradient(const float *restrict w, const float *restrict g, int
         for (int64_t t = 0; t < L; t++) dxe[t + k] += w[k] * g[t];
 }
 
-static sum_lanes load_widened(const float *p)
+static four_doubles load_widened(const float *p)
 {
-    float_lanes v;
+    four_floats v;
     memcpy(&v, p, sizeof v);
-    return __builtin_convertvector(v, sum_lanes);
+    return __builtin_convertvector(v, four_doubles);
 }
 
-/* The lanes' sum, always in the same tree. */
-static double add_lanes(sum_lanes v) { return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7])); }
+/* The lanes' sum, always in the same tree: ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)). */
+static double add_lanes(sum_lanes v)
+{
+    const four_doubles pairs = v.low + v.high;
+    return (pairs[0] + pairs[2]) + (pairs[1] + pairs[3]);
+}
 
 /* dw[k] += Σ_t g[t]·xe[t+k] and *db += Σ_t g[t] over a row whose g is padded with zeros to
  * `steps`, a multiple of LANES (xe has K − 1 + steps readable floats). */
 TG_VECTOR_CLONES
 static void weight_gradient(const float *g, const float *xe, int64_t K, int64_t steps, double *dw, double *db)
 {
-    sum_lanes bias_sum = {0};
-    for (int64_t t = 0; t < steps; t += LANES) bias_sum += load_widened(g + t);
+    sum_lanes bias_sum = {{0}, {0}};
+    for (int64_t t = 0; t < steps; t += LANES) {
+        bias_sum.low += load_widened(g + t);
+        bias_sum.high += load_widened(g + t + 4);
+    }
     *db += add_lanes(bias_sum);
     for (int64_t k = 0; k < K; k++) {
-        sum_lanes sum = {0};
-        for (int64_t t = 0; t < steps; t += LANES) sum += load_widened(g + t) * load_widened(xe + t + k);
+        sum_lanes sum = {{0}, {0}};
+        for (int64_t t = 0; t < steps; t += LANES) {
+            sum.low += load_widened(g + t) * load_widened(xe + t + k);
+            sum.high += load_widened(g + t + 4) * load_widened(xe + t + k + 4);
+        }
         dw[k] += add_lanes(sum);
     }
 }
