@@ -90,11 +90,13 @@ static void input_gradient(const float *restrict w, const float *restrict g, int
         for (int64_t t = 0; t < L; t++) dxe[t + k] += w[k] * g[t];
 }
 
+/* p[0 .. 4) in double (element by element: GCC 12 lowers __builtin_convertvector of 4
+ * floats to two 2-wide conversions, this form to one). */
 static four_doubles load_widened(const float *p)
 {
     four_floats v;
     memcpy(&v, p, sizeof v);
-    return __builtin_convertvector(v, four_doubles);
+    return (four_doubles){v[0], v[1], v[2], v[3]};
 }
 
 /* The lanes' sum, always in the same tree: ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)). */
