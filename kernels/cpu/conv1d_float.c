@@ -27,7 +27,7 @@ typedef float four_floats __attribute__((vector_size(4 * sizeof(float))));
 typedef struct {
     four_doubles low, high;
 } sum_lanes;
-#if defined(__GNUC__) && !defined(__clang__)
+#if defined(__GNUC__)                    /* GCC and Clang */
 #pragma GCC diagnostic ignored "-Wpsabi" /* vectors passed by value between static functions only */
 #endif
 

@@ -136,9 +136,9 @@ typedef struct {
  * vectors because the compiler turned the per-lane loops of the state update into scalar
  * code; lane-wise IEEE maths gives the same bits either way. */
 typedef float lanes __attribute__((vector_size(G * sizeof(float))));
-#if defined(__GNUC__) && !defined(__clang__)
+#if defined(__GNUC__)
 /* The helpers below pass vectors by value; they are static, so no call crosses the ABI that
- * GCC warns about (AVX-512 registers or memory, depending on the clone). */
+ * GCC and Clang warn about (AVX-512 registers or memory, depending on the clone). */
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 
