@@ -22,8 +22,7 @@
 
 /* The 8 double lanes as two halves of 4 (lanes 0–3 and 4–7): one AVX2 register each. GCC
  * keeps a loop-carried 8-double vector in memory on CPUs whose registers are narrower. */
-typedef double four_doubles __attribute__((vector_size(4 * sizeof(double))));
-typedef float four_floats __attribute__((vector_size(4 * sizeof(float))));
+typedef tg_four_doubles four_doubles;
 typedef struct {
     four_doubles low, high;
 } sum_lanes;
@@ -90,13 +89,12 @@ static void input_gradient(const float *restrict w, const float *restrict g, int
         for (int64_t t = 0; t < L; t++) dxe[t + k] += w[k] * g[t];
 }
 
-/* p[0 .. 4) in double (element by element: GCC 12 lowers __builtin_convertvector of 4
- * floats to two 2-wide conversions, this form to one). */
+/* p[0 .. 4) in double. */
 static four_doubles load_widened(const float *p)
 {
-    four_floats v;
+    tg_four_floats v;
     memcpy(&v, p, sizeof v);
-    return (four_doubles){v[0], v[1], v[2], v[3]};
+    return tg_widen_four(v);
 }
 
 /* The lanes' sum, always in the same tree: ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)). */

@@ -635,15 +635,12 @@ static void reverse_steps(const group *q, int64_t t0, int64_t t1, reverse_buffer
     store_wide(s->dbias, dbias);
 }
 
-/* Four doubles: a quarter of a group's double lanes, one AVX2 register. */
-typedef double four_doubles __attribute__((vector_size(4 * sizeof(double))));
+typedef tg_four_doubles four_doubles; /* a quarter of a group's double lanes */
 
-/* Lanes 0–3 and 4–7 of v in double. Written element by element: GCC 12 lowers
- * __builtin_convertvector of 4 floats to two 2-wide conversions and a stack round trip,
- * this form to one vcvtps2pd. */
-static inline four_doubles low_four(eight v) { return (four_doubles){v[0], v[1], v[2], v[3]}; }
+/* Lanes 0–3 and 4–7 of v in double. */
+static inline four_doubles low_four(eight v) { return tg_widen_four(__builtin_shufflevector(v, v, 0, 1, 2, 3)); }
 
-static inline four_doubles high_four(eight v) { return (four_doubles){v[4], v[5], v[6], v[7]}; }
+static inline four_doubles high_four(eight v) { return tg_widen_four(__builtin_shufflevector(v, v, 4, 5, 6, 7)); }
 
 static inline void add_to_doubles(double *p, eight v)
 {
