@@ -49,9 +49,18 @@ struct tg_optim {
     int64_t n_ranges;
     size_t ranges_bytes;
     bool ranges_stale;
+    struct retired_ranges *retired;   /* CUDA: earlier tables, which captured graphs may still read */
     tg_optim_scalars scalars;         /* the CPU's; on CUDA the configuration's host copy */
     tg_optim_scalars *device_scalars; /* CUDA: the scalars the steps keep */
     double *partials;                 /* CUDA: scratch for the gradient norm's partial sums */
+};
+
+/* A replaced table of ranges on a CUDA device: a step captured in a graph before the
+ * change names it in its kernel's arguments, so it lives as long as the optimizer. */
+struct retired_ranges {
+    tg_optim_range *table;
+    size_t bytes;
+    struct retired_ranges *next;
 };
 
 tg_optim_config tg_adamw_config(double lr)
@@ -257,6 +266,11 @@ void tg_optim_free(tg_optim *opt)
         tg_device_free(opt->device, opt->state[k], (size_t)opt->numel * tg_dtype_size(opt->state_dtype));
     tg_device_free(opt->device, opt->master, (size_t)opt->numel * sizeof(float));
     tg_device_free(opt->device, opt->ranges, opt->ranges_bytes);
+    for (struct retired_ranges *r = opt->retired, *next; r; r = next) {
+        next = r->next;
+        tg_device_free(opt->device, r->table, r->bytes);
+        free(r);
+    }
     tg_device_free(opt->device, opt->device_scalars, sizeof(tg_optim_scalars));
     tg_device_free(opt->device, opt->partials, TG_OPTIM_NORM_BLOCKS * sizeof(double));
     free(opt->group_of);
@@ -308,6 +322,20 @@ static void fill_ranges(const tg_optim *opt, tg_optim_range *ranges)
     }
 }
 
+/* Sets the current table aside (CUDA) or frees it (CPU); false when out of memory. */
+static bool retire_ranges(tg_optim *opt)
+{
+    if (!opt->ranges || opt->device == TG_DEVICE_CPU) {
+        tg_device_free(opt->device, opt->ranges, opt->ranges_bytes);
+        return true;
+    }
+    struct retired_ranges *r = malloc(sizeof *r);
+    if (!r) return false;
+    *r = (struct retired_ranges){opt->ranges, opt->ranges_bytes, opt->retired};
+    opt->retired = r;
+    return true;
+}
+
 static tg_status build_ranges(tg_optim *opt)
 {
     int64_t n = count_ranges(opt);
@@ -324,7 +352,10 @@ static tg_status build_ranges(tg_optim *opt)
         if (status != TG_OK) return status;
         table = device_table;
     }
-    tg_device_free(opt->device, opt->ranges, opt->ranges_bytes);
+    if (!retire_ranges(opt)) {
+        tg_device_free(opt->device, table, bytes);
+        return tg_set_error(TG_ERR_NOMEM, "tg_optim_step: out of memory to keep the replaced group ranges");
+    }
     opt->ranges = table;
     opt->n_ranges = n;
     opt->ranges_bytes = bytes;
@@ -434,8 +465,14 @@ tg_status tg_optim_set_lr(tg_optim *opt, double lr)
     if (!opt) return tg_set_error(TG_ERR_INVALID, "tg_optim_set_lr: opt is NULL");
     if (!(lr >= 0) || !isfinite(lr))
         return tg_set_error(TG_ERR_INVALID, "tg_optim_set_lr: lr must be finite and >= 0, not %g", lr);
+    double before = opt->config.lr;
     opt->config.lr = lr;
-    return publish_configuration(opt);
+    tg_status status = publish_configuration(opt);
+    if (status != TG_OK) { /* the device kept the old rate: so does the host */
+        opt->config.lr = before;
+        fill_configuration(opt);
+    }
+    return status;
 }
 
 tg_status tg_optim_sync_master(tg_optim *opt)
@@ -483,9 +520,11 @@ int tg_optim_add_group(tg_optim *opt, tg_optim_group group)
         tg_set_error(TG_ERR_INVALID, "%s: all %d groups are in use", op, TG_OPTIM_MAX_GROUPS);
         return -1;
     }
-    opt->groups[opt->n_groups] = group;
-    int index = opt->n_groups++;
-    return publish_configuration(opt) == TG_OK ? index : -1;
+    opt->groups[opt->n_groups++] = group;
+    if (publish_configuration(opt) == TG_OK) return opt->n_groups - 1;
+    opt->n_groups--; /* the device kept the old configuration: so does the host */
+    fill_configuration(opt);
+    return -1;
 }
 
 static bool check_index(const char *op, const tg_optim *opt, int index)
@@ -503,8 +542,14 @@ tg_status tg_optim_set_group(tg_optim *opt, int index, tg_optim_group group)
 {
     const char *op = "tg_optim_set_group";
     if (!check_index(op, opt, index) || !check_group(op, group)) return TG_ERR_INVALID;
+    tg_optim_group before = opt->groups[index];
     opt->groups[index] = group;
-    return publish_configuration(opt);
+    tg_status status = publish_configuration(opt);
+    if (status != TG_OK) { /* the device kept the old configuration: so does the host */
+        opt->groups[index] = before;
+        fill_configuration(opt);
+    }
+    return status;
 }
 
 tg_status tg_optim_get_group(const tg_optim *opt, int index, tg_optim_group *group)
