@@ -297,7 +297,7 @@ void tg_device_release_reserved(const void *owner)
 
 tg_status tg_memory_stats_get(tg_device device, tg_memory_stats *stats)
 {
-    if (!tg_check_device_value("tg_memory_stats_get", device)) return TG_ERR_DEVICE;
+    if (!tg_check_device_value("tg_memory_stats_get", device)) return tg_last_status();
     if (!stats) return tg_set_error(TG_ERR_INVALID, "tg_memory_stats_get: stats is NULL");
     if (tg_device_resolve(device) == TG_DEVICE_CPU) {
         const size_t in_use = atomic_load(&host.in_use);
@@ -324,7 +324,7 @@ tg_status tg_memory_empty_cache(void)
 
 tg_status tg_synchronize(tg_device device)
 {
-    if (!tg_check_device_value("tg_synchronize", device)) return TG_ERR_DEVICE;
+    if (!tg_check_device_value("tg_synchronize", device)) return tg_last_status();
     if (tg_device_resolve(device) != TG_DEVICE_CUDA) return TG_OK;
 #ifdef TG_HAVE_CUDA
     return tg_cuda_synchronize();

@@ -7,10 +7,17 @@
 #define TG_ERROR_SIZE 1024
 
 static _Thread_local char last_error[TG_ERROR_SIZE];
+static _Thread_local tg_status last_status;
 
 const char *tg_last_error(void) { return last_error; }
 
-void tg_clear_error(void) { last_error[0] = '\0'; }
+tg_status tg_last_status(void) { return last_status; }
+
+void tg_clear_error(void)
+{
+    last_error[0] = '\0';
+    last_status = TG_OK;
+}
 
 const char *tg_status_name(tg_status status)
 {
@@ -28,6 +35,7 @@ const char *tg_status_name(tg_status status)
 
 tg_status tg_set_error(tg_status status, const char *format, ...)
 {
+    last_status = status;
     if (!format) {
         snprintf(last_error, sizeof last_error, "tg_set_error: format is NULL (status %s)", tg_status_name(status));
         return status;
@@ -42,6 +50,7 @@ tg_status tg_set_error(tg_status status, const char *format, ...)
 tg_status tg_error_tensors(tg_status status, int n, const char *const *names, const tg_tensor *const *tensors,
                            const char *format, ...)
 {
+    last_status = status;
     va_list args;
     va_start(args, format);
     vsnprintf(last_error, sizeof last_error, format, args);

@@ -44,7 +44,7 @@ static tg_tensor *call_fn(checked_function *f)
 static tg_status evaluate(checked_function *f, double *value)
 {
     tg_tensor *out = call_fn(f);
-    if (!out) return TG_ERR_INVALID;
+    if (!out) return tg_last_status();
     if (tg_numel(out) != 1)
         return tg_set_error(TG_ERR_INVALID, "tg_gradcheck: the function must return one element, not %lld",
                             (long long)tg_numel(out));
@@ -61,7 +61,7 @@ static tg_status check_inputs(tg_gradcheck_fn fn, tg_tensor *const *inputs, int 
     for (int i = 0; i < n_inputs; i++) {
         char name[32];
         snprintf(name, sizeof name, "inputs[%d]", i);
-        if (!tg_check_tensor("tg_gradcheck", name, inputs[i])) return TG_ERR_INVALID;
+        if (!tg_check_tensor("tg_gradcheck", name, inputs[i])) return tg_last_status();
         if (!inputs[i]->requires_grad) continue;
         n_checked++;
         if (inputs[i]->dtype != TG_F64 || inputs[i]->device != TG_DEVICE_CPU) {
@@ -139,7 +139,7 @@ static tg_status analytic_gradients(checked_function *f, double **grads)
     for (int i = 0; i < f->n_inputs; i++)
         if (f->inputs[i]->requires_grad) tg_zero_grad(f->inputs[i]);
     tg_tensor *loss = call_fn(f);
-    if (!loss) return TG_ERR_INVALID;
+    if (!loss) return tg_last_status();
     tg_status status = tg_backward(f->tape, loss);
     if (status != TG_OK) return failed(status, "the backward of fn's result");
     for (int i = 0; i < f->n_inputs; i++) {

@@ -21,7 +21,7 @@ static tg_status check_arguments(tg_gradcheck_fn fn, tg_tensor *const *inputs, i
     for (int i = 0; i < n_inputs; i++) {
         char name[32];
         snprintf(name, sizeof name, "inputs[%d]", i);
-        if (!tg_check_tensor("tg_gradcheck_cuda", name, inputs[i])) return TG_ERR_INVALID;
+        if (!tg_check_tensor("tg_gradcheck_cuda", name, inputs[i])) return tg_last_status();
         if (inputs[i]->device != TG_DEVICE_CPU) {
             const char *names[1] = {name};
             const tg_tensor *tensors[1] = {inputs[i]};

@@ -29,7 +29,7 @@ static tg_status failed(const char *fn, tg_status status)
 tg_status tg_graph_begin(tg_device device)
 {
     const char *fn = "tg_graph_begin";
-    if (!tg_check_device_value(fn, device)) return TG_ERR_DEVICE;
+    if (!tg_check_device_value(fn, device)) return tg_last_status();
     if (tg_device_resolve(device) != TG_DEVICE_CUDA || !tg_device_has_tensors(TG_DEVICE_CUDA))
         return tg_set_error(TG_ERR_DEVICE,
                             "%s: graphs are recorded on a CUDA device, not on %s (run a CPU step "
@@ -85,7 +85,7 @@ bool tg_graph_capturing(void) { return tg_cuda_capturing(); }
 
 tg_status tg_device_check_errors(tg_device device)
 {
-    if (!tg_check_device_value("tg_device_check_errors", device)) return TG_ERR_DEVICE;
+    if (!tg_check_device_value("tg_device_check_errors", device)) return tg_last_status();
     if (tg_device_resolve(device) != TG_DEVICE_CUDA || !tg_device_has_tensors(TG_DEVICE_CUDA)) return TG_OK;
     tg_bad_input bad;
     tg_status status = tg_cuda_take_bad_input(&bad);
@@ -111,7 +111,7 @@ tg_status tg_device_check_errors(tg_device device)
 
 tg_status tg_graph_begin(tg_device device)
 {
-    if (!tg_check_device_value("tg_graph_begin", device)) return TG_ERR_DEVICE;
+    if (!tg_check_device_value("tg_graph_begin", device)) return tg_last_status();
     return tg_set_error(TG_ERR_DEVICE,
                         "tg_graph_begin: graphs are recorded on a CUDA device, and this build has "
                         "no CUDA backend (device %s)",

@@ -96,6 +96,9 @@ void tg_device_release_reserved(const void *owner);
 
 /* tg_set_error (public, tensor.h) sets the thread's message and returns the status, so
  * callers can `return tg_set_error(TG_ERR_INVALID, "tg_add: ...")`. */
+/* The status that came with the thread's last error (TG_OK after tg_clear_error): what a
+ * function returns when a check it called has failed and set the error. */
+tg_status tg_last_status(void);
 /* Like tg_set_error, then appends " (name0: [2, 3] f32 cpu, name1: ...)" for the tensors. */
 tg_status tg_error_tensors(tg_status status, int n, const char *const *names, const tg_tensor *const *tensors,
                            const char *format, ...) __attribute__((format(printf, 5, 6)));

@@ -69,7 +69,7 @@ tg_status tg_recompute_in_backward(tg_tape *tape, int n, tg_tensor *const *tenso
                                    size_t ctx_size)
 {
     const char *op = "tg_recompute_in_backward";
-    if (!tg_check_tape(op, tape)) return TG_ERR_INVALID;
+    if (!tg_check_tape(op, tape)) return tg_last_status();
     if (n < 1 || n > MAX_RECOMPUTED || !tensors || !fn || (ctx_size && !ctx))
         return tg_set_error(TG_ERR_INVALID,
                             "%s: needs 1 to %d tensors, a function, and ctx when ctx_size > 0 (got n = %d, "
@@ -77,7 +77,7 @@ tg_status tg_recompute_in_backward(tg_tape *tape, int n, tg_tensor *const *tenso
                             op, MAX_RECOMPUTED, n, tensors ? "given" : "NULL", fn ? "given" : "NULL",
                             ctx ? "given" : "NULL", ctx_size);
     for (int i = 0; i < n; i++)
-        if (!releasable(op, tape, tensors, i)) return TG_ERR_INVALID;
+        if (!releasable(op, tape, tensors, i)) return tg_last_status();
     if (!tg_tape_grad_enabled(tape)) return TG_OK;
 
     tg_tape_mark mark = tg_tape_get_mark(tape);
@@ -102,12 +102,12 @@ tg_status tg_recompute_in_backward(tg_tape *tape, int n, tg_tensor *const *tenso
 tg_status tg_give_back(tg_tape *tape, int n, tg_tensor *const *tensors)
 {
     const char *op = "tg_give_back";
-    if (!tg_check_tape(op, tape)) return TG_ERR_INVALID;
+    if (!tg_check_tape(op, tape)) return tg_last_status();
     if (n < 1 || n > MAX_RECOMPUTED || !tensors)
         return tg_set_error(TG_ERR_INVALID, "%s: needs 1 to %d tensors (got n = %d, tensors %s)", op, MAX_RECOMPUTED, n,
                             tensors ? "given" : "NULL");
     for (int i = 0; i < n; i++)
-        if (!releasable(op, tape, tensors, i)) return TG_ERR_INVALID;
+        if (!releasable(op, tape, tensors, i)) return tg_last_status();
     for (int i = 0; i < n; i++) release_data(tape, tensors[i]->storage);
     return TG_OK;
 }

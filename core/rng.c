@@ -84,7 +84,7 @@ int64_t tg_rng_below(tg_rng *rng, int64_t bound)
 
 static tg_status fill_random(const char *op, tg_tensor *t, tg_rng *rng, double a, double b, bool normal)
 {
-    if (!tg_check_float(op, "t", t)) return TG_ERR_INVALID;
+    if (!tg_check_float(op, "t", t)) return tg_last_status();
     if (!rng) return tg_set_error(TG_ERR_INVALID, "%s: rng is NULL", op);
     if (normal && !(isfinite(a) && isfinite(b) && b >= 0))
         return tg_set_error(TG_ERR_INVALID, "%s: mean (%g) must be finite and stddev (%g) finite and >= 0", op, a, b);

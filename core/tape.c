@@ -319,7 +319,7 @@ static const char *record_problem(const tg_tape *tape, const tg_op_record *r, ch
 
 tg_status tg_record(tg_tape *tape, const tg_op_record *record)
 {
-    if (!tg_check_tape("tg_record", tape)) return TG_ERR_INVALID;
+    if (!tg_check_tape("tg_record", tape)) return tg_last_status();
     if (!record) return tg_set_error(TG_ERR_INVALID, "tg_record: record is NULL");
     char why[160];
     const char *problem = record_problem(tape, record, why, sizeof why);
@@ -475,7 +475,7 @@ tg_status tg_backward_with_grad(tg_tape *tape, tg_tensor *output, const tg_tenso
 {
     const char *op = "tg_backward_with_grad";
     if (!check_backward_output(op, "output", tape, output) || !tg_check_float(op, "output_grad", output_grad))
-        return TG_ERR_INVALID;
+        return tg_last_status();
     const char *names[2] = {"output", "output_grad"};
     const tg_tensor *tensors[2] = {output, output_grad};
     if (!tg_same_shape(output, output_grad))
@@ -489,7 +489,7 @@ tg_status tg_backward_with_grad(tg_tape *tape, tg_tensor *output, const tg_tenso
 tg_status tg_backward(tg_tape *tape, tg_tensor *loss)
 {
     const char *op = "tg_backward";
-    if (!check_backward_output(op, "loss", tape, loss)) return TG_ERR_INVALID;
+    if (!check_backward_output(op, "loss", tape, loss)) return tg_last_status();
     if (tg_numel(loss) != 1) {
         const char *name = "loss";
         const tg_tensor *t = loss;

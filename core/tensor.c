@@ -351,7 +351,7 @@ void tg_tensor_free(tg_tensor *t)
 
 tg_status tg_set_requires_grad(tg_tensor *t, bool requires_grad)
 {
-    if (!tg_check_tensor("tg_set_requires_grad", "t", t)) return TG_ERR_INVALID;
+    if (!tg_check_tensor("tg_set_requires_grad", "t", t)) return tg_last_status();
     if (t->producer) {
         const char *name = "t";
         const tg_tensor *tensor = t;
@@ -382,7 +382,7 @@ tg_status tg_set_requires_grad(tg_tensor *t, bool requires_grad)
 
 tg_status tg_zero_grad(tg_tensor *t)
 {
-    if (!tg_check_tensor("tg_zero_grad", "t", t)) return TG_ERR_INVALID;
+    if (!tg_check_tensor("tg_zero_grad", "t", t)) return tg_last_status();
     return t->grad ? tg_fill(t->grad, 0.0) : TG_OK;
 }
 
@@ -656,10 +656,10 @@ static bool check_host_copy(const char *op, const tg_tensor *t, const void *host
 tg_status tg_copy_from_host(tg_tensor *t, const void *host, tg_dtype host_dtype)
 {
     const char *op = "tg_copy_from_host";
-    if (!check_host_copy(op, t, host, host_dtype)) return TG_ERR_INVALID;
+    if (!check_host_copy(op, t, host, host_dtype)) return tg_last_status();
     int64_t strides[TG_MAX_DIMS];
     tg_contiguous_strides(t->ndim, t->shape, strides);
-    if (!values_fit(op, "host", host, host_dtype, strides, t->ndim, t->shape, t->dtype)) return TG_ERR_INVALID;
+    if (!values_fit(op, "host", host, host_dtype, strides, t->ndim, t->shape, t->dtype)) return tg_last_status();
     if (t->device != TG_DEVICE_CPU) return host_to_device(t, host, host_dtype);
     copy_strided(tg_bytes(t), t->dtype, t->strides, host, host_dtype, strides, t->ndim, t->shape);
     return TG_OK;
@@ -668,14 +668,14 @@ tg_status tg_copy_from_host(tg_tensor *t, const void *host, tg_dtype host_dtype)
 tg_status tg_copy_to_host(const tg_tensor *t, void *host, tg_dtype host_dtype)
 {
     const char *op = "tg_copy_to_host";
-    if (!check_host_copy(op, t, host, host_dtype)) return TG_ERR_INVALID;
+    if (!check_host_copy(op, t, host, host_dtype)) return tg_last_status();
     int64_t strides[TG_MAX_DIMS];
     tg_contiguous_strides(t->ndim, t->shape, strides);
     if (t->device != TG_DEVICE_CPU) {
         if (host_dtype != TG_I32 || !tg_dtype_is_float(t->dtype)) return device_to_host(host, host_dtype, t);
         return device_floats_to_host_ids(op, t, host);
     }
-    if (!values_fit(op, "t", tg_bytes(t), t->dtype, t->strides, t->ndim, t->shape, host_dtype)) return TG_ERR_INVALID;
+    if (!values_fit(op, "t", tg_bytes(t), t->dtype, t->strides, t->ndim, t->shape, host_dtype)) return tg_last_status();
     copy_strided(host, host_dtype, strides, tg_bytes(t), t->dtype, t->strides, t->ndim, t->shape);
     return TG_OK;
 }
@@ -694,7 +694,7 @@ static const void *contiguous_host_values(const tg_tensor *t, void **owned)
 
 tg_status tg_copy(tg_tensor *dst, const tg_tensor *src)
 {
-    if (!tg_check_tensor("tg_copy", "dst", dst) || !tg_check_tensor("tg_copy", "src", src)) return TG_ERR_INVALID;
+    if (!tg_check_tensor("tg_copy", "dst", dst) || !tg_check_tensor("tg_copy", "src", src)) return tg_last_status();
     const char *names[2] = {"dst", "src"};
     const tg_tensor *tensors[2] = {dst, src};
     if (!tg_same_shape(dst, src))
@@ -735,8 +735,8 @@ tg_status tg_copy(tg_tensor *dst, const tg_tensor *src)
 
 tg_status tg_fill(tg_tensor *t, double value)
 {
-    if (!tg_check_tensor("tg_fill", "t", t)) return TG_ERR_INVALID;
-    if (!check_value("tg_fill", t->dtype, value)) return TG_ERR_INVALID;
+    if (!tg_check_tensor("tg_fill", "t", t)) return tg_last_status();
+    if (!check_value("tg_fill", t->dtype, value)) return tg_last_status();
     if (t->device != TG_DEVICE_CPU) {
 #ifdef TG_HAVE_CUDA
         return tg_cuda_fill(t, value);

@@ -41,7 +41,7 @@ static tg_status check_vocab(const char *fn, int64_t vocab, int64_t min_vocab, c
 /* inputs and targets must be contiguous (batch, seq_len) i32 CPU tensors of one shape. */
 static tg_status check_tensors(const char *fn, const tg_tensor *inputs, const tg_tensor *targets)
 {
-    if (!tg_check_tensor(fn, "inputs", inputs) || !tg_check_tensor(fn, "targets", targets)) return TG_ERR_INVALID;
+    if (!tg_check_tensor(fn, "inputs", inputs) || !tg_check_tensor(fn, "targets", targets)) return tg_last_status();
     const char *const names[] = {"inputs", "targets"};
     const tg_tensor *const tensors[] = {inputs, targets};
     for (int i = 0; i < 2; i++) {

@@ -156,18 +156,19 @@ tg_status tg_nn_linear_init(tg_nn_linear *layer, tg_params *params, const char *
 {
     const char *fn = "tg_nn_linear_init";
     if (!check_init(fn, layer, params, prefix, "in_features", in_features, "out_features", out_features))
-        return TG_ERR_INVALID;
+        return tg_last_status();
     if (!rng) return tg_set_error(TG_ERR_INVALID, "%s: rng is NULL", fn);
     const char *const names[2] = {"weight", "bias"};
-    if (!tg_nn_check_new_params(fn, params, prefix, dtype, names, bias ? 2 : 1)) return TG_ERR_INVALID;
+    if (!tg_nn_check_new_params(fn, params, prefix, dtype, names, bias ? 2 : 1)) return tg_last_status();
     tg_nn_linear made = {0};
     const int64_t shape[2] = {out_features, in_features};
     const double bound = 1.0 / sqrt((double)in_features);
-    if (!(made.weight = tg_nn_add_param(fn, params, prefix, "weight", dtype, 2, shape))) return TG_ERR_INVALID;
+    if (!(made.weight = tg_nn_add_param(fn, params, prefix, "weight", dtype, 2, shape))) return tg_last_status();
     tg_status status = tg_nn_fill_uniform(fn, made.weight, rng, -bound, bound);
     if (status != TG_OK) return status;
     if (bias) {
-        if (!(made.bias = tg_nn_add_param(fn, params, prefix, "bias", dtype, 1, &out_features))) return TG_ERR_INVALID;
+        if (!(made.bias = tg_nn_add_param(fn, params, prefix, "bias", dtype, 1, &out_features)))
+            return tg_last_status();
         if ((status = tg_nn_fill_uniform(fn, made.bias, rng, -bound, bound)) != TG_OK) return status;
     }
     *layer = made;
@@ -206,14 +207,14 @@ tg_status tg_nn_embedding_init(tg_nn_embedding *layer, tg_params *params, const 
                                int64_t dim, double std, tg_dtype dtype, tg_rng *rng)
 {
     const char *fn = "tg_nn_embedding_init";
-    if (!check_init(fn, layer, params, prefix, "num_embeddings", num_embeddings, "dim", dim)) return TG_ERR_INVALID;
+    if (!check_init(fn, layer, params, prefix, "num_embeddings", num_embeddings, "dim", dim)) return tg_last_status();
     if (!rng) return tg_set_error(TG_ERR_INVALID, "%s: rng is NULL", fn);
     if (!(std >= 0) || !isfinite(std))
         return tg_set_error(TG_ERR_INVALID, "%s: prefix '%s': std must be finite and ≥ 0, got %g", fn, prefix, std);
     const char *const names[1] = {"weight"};
-    if (!tg_nn_check_new_params(fn, params, prefix, dtype, names, 1)) return TG_ERR_INVALID;
+    if (!tg_nn_check_new_params(fn, params, prefix, dtype, names, 1)) return tg_last_status();
     tg_tensor *weight = tg_nn_add_param(fn, params, prefix, "weight", dtype, 2, (int64_t[]){num_embeddings, dim});
-    if (!weight) return TG_ERR_INVALID;
+    if (!weight) return tg_last_status();
     tg_status status = tg_nn_fill_normal(fn, weight, rng, 0.0, std);
     if (status == TG_OK) layer->weight = weight;
     return status;
@@ -238,13 +239,13 @@ tg_status tg_nn_rmsnorm_init(tg_nn_rmsnorm *layer, tg_params *params, const char
                              tg_dtype dtype)
 {
     const char *fn = "tg_nn_rmsnorm_init";
-    if (!check_init(fn, layer, params, prefix, "dim", dim, NULL, 1)) return TG_ERR_INVALID;
+    if (!check_init(fn, layer, params, prefix, "dim", dim, NULL, 1)) return tg_last_status();
     if (!(eps >= 0) || !isfinite(eps))
         return tg_set_error(TG_ERR_INVALID, "%s: prefix '%s': eps must be finite and ≥ 0, got %g", fn, prefix, eps);
     const char *const names[1] = {"weight"};
-    if (!tg_nn_check_new_params(fn, params, prefix, dtype, names, 1)) return TG_ERR_INVALID;
+    if (!tg_nn_check_new_params(fn, params, prefix, dtype, names, 1)) return tg_last_status();
     tg_tensor *weight = tg_nn_add_param(fn, params, prefix, "weight", dtype, 1, &dim);
-    if (!weight) return TG_ERR_INVALID;
+    if (!weight) return tg_last_status();
     tg_status status = tg_fill(weight, 1.0);
     if (status != TG_OK) return status;
     *layer = (tg_nn_rmsnorm){weight, eps};

@@ -95,7 +95,7 @@ static tg_status resolve(const char *fn, const tg_mamba_config *config, tg_mamba
         !resolve_real(fn, "dt_min", &c.dt_min, 1e-3) || !resolve_real(fn, "dt_max", &c.dt_max, 0.1) ||
         !resolve_real(fn, "dt_init_floor", &c.dt_init_floor, 1e-4) ||
         !resolve_real(fn, "embedding_std", &c.embedding_std, 0.02))
-        return TG_ERR_INVALID;
+        return tg_last_status();
     if ((int)c.dtype < 0 || c.dtype >= TG_DTYPE_COUNT || !tg_dtype_is_float(c.dtype))
         return tg_set_error(TG_ERR_DTYPE, "%s: config dtype must be a float dtype (f32, f64, bf16 or f16), not %s", fn,
                             (int)c.dtype >= 0 && c.dtype < TG_DTYPE_COUNT ? tg_dtype_name(c.dtype) : "unknown");
@@ -178,31 +178,31 @@ static tg_status mixer_init(const char *fn, tg_mamba_mixer *m, tg_params *params
     const double conv_bound = 1.0 / sqrt((double)K), dt_bound = 1.0 / sqrt((double)R);
     char name[TG_NN_NAME_MAX];
 
-    if (!(made.A_log = tg_nn_add_param(fn, params, prefix, "A_log", dt, 2, (int64_t[]){E, N}))) return TG_ERR_INVALID;
+    if (!(made.A_log = tg_nn_add_param(fn, params, prefix, "A_log", dt, 2, (int64_t[]){E, N}))) return tg_last_status();
     if ((status = init_A_log(fn, made.A_log, E, N)) != TG_OK) return status;
-    if (!(made.D = tg_nn_add_param(fn, params, prefix, "D", dt, 1, &E))) return TG_ERR_INVALID;
+    if (!(made.D = tg_nn_add_param(fn, params, prefix, "D", dt, 1, &E))) return tg_last_status();
     if ((status = tg_fill(made.D, 1.0)) != TG_OK) return status;
 
     snprintf(name, sizeof name, "%s%sin_proj", prefix, *prefix ? "." : "");
     if ((status = tg_nn_linear_init(&made.in_proj, params, name, D, 2 * E, false, dt, rng)) != TG_OK) return status;
 
     if (!(made.conv_weight = tg_nn_add_param(fn, params, prefix, "conv1d.weight", dt, 3, (int64_t[]){E, 1, K})))
-        return TG_ERR_INVALID;
+        return tg_last_status();
     if ((status = tg_nn_fill_uniform(fn, made.conv_weight, rng, -conv_bound, conv_bound)) != TG_OK) return status;
-    if (!(made.conv_bias = tg_nn_add_param(fn, params, prefix, "conv1d.bias", dt, 1, &E))) return TG_ERR_INVALID;
+    if (!(made.conv_bias = tg_nn_add_param(fn, params, prefix, "conv1d.bias", dt, 1, &E))) return tg_last_status();
     if ((status = tg_nn_fill_uniform(fn, made.conv_bias, rng, -conv_bound, conv_bound)) != TG_OK) return status;
 
     snprintf(name, sizeof name, "%s%sx_proj", prefix, *prefix ? "." : "");
     if ((status = tg_nn_linear_init(&made.x_proj, params, name, E, R + 2 * N, false, dt, rng)) != TG_OK) return status;
 
     if (!(made.dt_proj.weight = tg_nn_add_param(fn, params, prefix, "dt_proj.weight", dt, 2, (int64_t[]){E, R})))
-        return TG_ERR_INVALID;
+        return tg_last_status();
     if ((status = tg_nn_fill_uniform(fn, made.dt_proj.weight, rng, -dt_bound, dt_bound)) != TG_OK) return status;
-    if (!(made.dt_proj.bias = tg_nn_add_param(fn, params, prefix, "dt_proj.bias", dt, 1, &E))) return TG_ERR_INVALID;
+    if (!(made.dt_proj.bias = tg_nn_add_param(fn, params, prefix, "dt_proj.bias", dt, 1, &E))) return tg_last_status();
     if ((status = init_dt_bias(fn, made.dt_proj.bias, c, rng)) != TG_OK) return status;
 
     if (!(made.out_proj.weight = tg_nn_add_param(fn, params, prefix, "out_proj.weight", dt, 2, (int64_t[]){D, E})))
-        return TG_ERR_INVALID;
+        return tg_last_status();
     if ((status = init_out_proj(fn, made.out_proj.weight, c->n_layer, rng)) != TG_OK) return status;
     *m = made;
     return TG_OK;
@@ -227,7 +227,7 @@ tg_status tg_mamba_mixer_init(tg_mamba_mixer *mixer, tg_params *params, const ch
                                         "dt_proj.weight", "dt_proj.bias",
                                         "out_proj.weight"};
     if (!tg_nn_check_new_params(fn, params, prefix, c.dtype, names, (int)(sizeof names / sizeof names[0])))
-        return TG_ERR_INVALID;
+        return tg_last_status();
     return mixer_init(fn, mixer, params, prefix, &c, rng);
 }
 
@@ -246,7 +246,7 @@ static tg_status recompute_u_and_delta(tg_tape *tape, const void *ctx, tg_tensor
     tg_causal_conv1d_options conv = {r->m->conv_bias, r->conv_initial, TG_ACT_SILU, NULL};
     out[0] = tg_causal_conv1d(tape, r->conv_in, r->conv_weight, &conv);
     out[1] = out[0] ? tg_matmul(tape, r->m->dt_proj.weight, r->dt_low, false, false) : NULL;
-    return out[1] ? TG_OK : TG_ERR_INVALID;
+    return out[1] ? TG_OK : tg_last_status();
 }
 
 /* Whether the mixer gives u and delta back after the forward, and the model the mixer's
@@ -381,7 +381,7 @@ static tg_status recompute_normed(tg_tape *tape, const void *ctx, tg_tensor **ou
 {
     const norm_recompute *r = ctx;
     out[0] = tg_rmsnorm(tape, r->h, r->weight, r->eps);
-    return out[0] ? TG_OK : TG_ERR_INVALID;
+    return out[0] ? TG_OK : tg_last_status();
 }
 
 /* Once a mixer has run, in_proj has read its input normed = RMSNorm(h) and nothing else of

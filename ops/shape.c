@@ -405,8 +405,9 @@ static tg_status split_backward(tg_node *node, tg_tensor *const *dy, tg_tensor *
 tg_status tg_split(tg_tape *tape, tg_tensor *x, int axis, int n, const int64_t *sizes, tg_tensor **out)
 {
     const char *op = "tg_split";
-    if (!tg_check_tape(op, tape) || !tg_check_tensor(op, "x", x) || !tg_check_axis(op, x, &axis)) return TG_ERR_INVALID;
-    if (!tg_check_device_usable(op, "x", x)) return TG_ERR_DEVICE;
+    if (!tg_check_tape(op, tape) || !tg_check_tensor(op, "x", x) || !tg_check_axis(op, x, &axis))
+        return tg_last_status();
+    if (!tg_check_device_usable(op, "x", x)) return tg_last_status();
     tg_status status = check_split_sizes(op, x, axis, n, sizes, out);
     if (status != TG_OK) return status;
     /* The pieces go to out only once all exist, so a failure leaves out untouched. */

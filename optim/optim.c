@@ -541,7 +541,7 @@ static bool check_index(const char *op, const tg_optim *opt, int index)
 tg_status tg_optim_set_group(tg_optim *opt, int index, tg_optim_group group)
 {
     const char *op = "tg_optim_set_group";
-    if (!check_index(op, opt, index) || !check_group(op, group)) return TG_ERR_INVALID;
+    if (!check_index(op, opt, index) || !check_group(op, group)) return tg_last_status();
     tg_optim_group before = opt->groups[index];
     opt->groups[index] = group;
     tg_status status = publish_configuration(opt);
@@ -554,7 +554,7 @@ tg_status tg_optim_set_group(tg_optim *opt, int index, tg_optim_group group)
 
 tg_status tg_optim_get_group(const tg_optim *opt, int index, tg_optim_group *group)
 {
-    if (!check_index("tg_optim_get_group", opt, index)) return TG_ERR_INVALID;
+    if (!check_index("tg_optim_get_group", opt, index)) return tg_last_status();
     if (!group) return tg_set_error(TG_ERR_INVALID, "tg_optim_get_group: group is NULL");
     *group = opt->groups[index];
     return TG_OK;
@@ -563,7 +563,7 @@ tg_status tg_optim_get_group(const tg_optim *opt, int index, tg_optim_group *gro
 tg_status tg_optim_assign(tg_optim *opt, const char *pattern, int group, size_t *matched)
 {
     const char *op = "tg_optim_assign";
-    if (!check_optim(op, opt)) return TG_ERR_INVALID;
+    if (!check_optim(op, opt)) return tg_last_status();
     if (group < 0 || group >= opt->n_groups)
         return tg_set_error(TG_ERR_INVALID, "%s: group %d does not exist (there are %d)", op, group, opt->n_groups);
     if (!pattern) return tg_set_error(TG_ERR_INVALID, "%s: pattern is NULL", op);

@@ -181,7 +181,11 @@ static void check_result(const bi_fixture *f, const bi_case *c)
     const char *label = c->function;
     switch (f->returns) {
     case BI_RETURNS_NULL: cr_assert_null(f->pointer, "%s (%s): should have returned NULL", label, c->what); break;
-    case BI_RETURNS_STATUS: cr_assert_neq(f->status, TG_OK, "%s (%s): should have failed", label, c->what); break;
+    case BI_RETURNS_STATUS:
+        cr_assert_neq(f->status, TG_OK, "%s (%s): should have failed", label, c->what);
+        cr_assert_eq(f->status, tg_last_status(), "%s (%s): returned '%s' but set its error as '%s'", label, c->what,
+                     tg_status_name(f->status), tg_status_name(tg_last_status()));
+        break;
     case BI_RETURNS_NAN:
         cr_assert(isnan(f->real), "%s (%s): should have returned NaN, got %g", label, c->what, f->real);
         break;
