@@ -39,7 +39,9 @@ done
 
 "$mpiexec" -np 2 --oversubscribe "$program" "${args[@]}" --csv "$dir/resumed.csv" --ckpt "$dir/run.safetensors" \
     --stop-at 4 > /dev/null 2>&1 || fail "the run stopped at step 4 failed"
-"$mpiexec" -np 3 --oversubscribe "$program" --resume "$dir/run.safetensors" --csv "$dir/resumed.csv" \
+# --device is not among the flags a checkpoint keeps: without it, a machine with a GPU would
+# resume these CPU ranks on it.
+"$mpiexec" -np 3 --oversubscribe "$program" --resume "$dir/run.safetensors" --device cpu --csv "$dir/resumed.csv" \
     > /dev/null 2> "$dir/resumed.err" || fail "resuming on 3 ranks failed: $(cat "$dir/resumed.err")"
 same_losses "$dir/one.csv" "$dir/resumed.csv" 1
 
