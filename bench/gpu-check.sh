@@ -14,9 +14,11 @@
 #                            announced through PKG_CONFIG_SYSROOT_DIR, pkg-config also prefixes the
 #                            freshly installed tapegrad.pc's paths, so that packaging test fails;
 #                            CTEST_INCLUDE, a ctest -R regex, runs only the tests it matches
-#   memcheck-test_cuda_conv1d, racecheck-test_cuda_conv1d, racecheck-test_cuda_scan
+#   memcheck-test_cuda_conv1d-N, racecheck-test_cuda_conv1d-N, racecheck-test_cuda_scan
 #                            compute-sanitizer on the CUDA conv1d and scan tests (--jobs 1;
-#                            every sanitizer step runs at the same time as the others);
+#                            every sanitizer step runs at the same time as the others; the
+#                            conv1d tests are dealt into SANITIZE_SHARDS processes, default 4,
+#                            steps -1 to -4, since one racecheck of them all outlasts the budget);
 #                            racecheck leaves out the conv1d test of tensors beyond 2^31
 #                            elements (minutes on its 6 GB tensors; memcheck takes 2 s) and
 #                            the grid-limit one (131071 rows of 512 steps, about a minute: its
@@ -68,8 +70,9 @@
 # leaves the sanitizers short of time). In a later run the scan peers alone took 223 s and
 # the conv1d peers at K = 4 64 s: at GPU_CHECK_SECONDS=585 the sanitizers got 110 s and
 # stopped short. Within one call of ten minutes, run the check with --no-peers and the
-# peers in a second call (--bench-only). The sanitizers run the whole conv1d test binary; to
-# sanitize part of it, set SANITIZE_FILTER to a Criterion --filter pattern (e.g. '*/fwd_*');
+# peers in a second call (--bench-only). The sanitizers run the whole conv1d test binary, in
+# shards; to sanitize part of it in one process, set SANITIZE_FILTER to a Criterion --filter
+# pattern (e.g. '*/fwd_*');
 # SANITIZE_OTHERS=0 leaves the other CUDA test binaries out of memcheck; SANITIZE_SECONDS
 # caps each sanitizer step (default 150; they run side by side); BENCH_ARGS passes
 # options to the benchmark (e.g. "--runs 30"); TG_COMMIT names the commit in the header when
@@ -220,8 +223,20 @@ reserve=$((BENCH_RESERVE + PEERS_RESERVE))
 # order they were started, once all have ended (sanitizers_done).
 sanitizer_steps=()
 sanitizer_pids=()
+# shard_filters BINARY SHARDS EXCLUDED: Criterion filters that deal the binary's tests (but the
+# excluded ones, a |-separated list) round-robin into SHARDS groups, one filter a line.
+shard_filters() {
+    local binary=$1 shards=$2 excluded=$3 names=() k i
+    mapfile -t names < <("$binary" --list 2>/dev/null | sed -n 's/^[^a-z_]*\([a-z0-9_]*\)$/\1/p' |
+        grep -vxE "${excluded:-^$}")
+    for ((k = 0; k < shards; k++)); do
+        local group=()
+        for ((i = k; i < ${#names[@]}; i += shards)); do group+=("${names[i]}"); done
+        [ ${#group[@]} -gt 0 ] && (IFS='|' && echo "*/@(${group[*]})")
+    done
+}
 sanitize() { # sanitize TOOL BINARY LIMIT: one compute-sanitizer step, started in the background
-    local tool=$1 binary=$2 limit=$3 filter=() pattern=${SANITIZE_FILTER:-}
+    local tool=$1 binary=$2 limit=$3 filter=() pattern=${SANITIZE_FILTER:-} api_errors=()
     local name
     name=$tool-$(basename "$binary")
     [ -z "$pattern" ] && [ "$tool" = racecheck ] &&
@@ -229,12 +244,27 @@ sanitize() { # sanitize TOOL BINARY LIMIT: one compute-sanitizer step, started i
     [ -n "$pattern" ] && [ "$(basename "$binary")" = test_cuda_conv1d ] && filter=(--filter "$pattern")
     # Each NCCL communicator takes about half a minute to start under the sanitizer: keep the
     # tests of the library's own kernels (the rank-order sum, the all-reduce in a graph).
-    [ "$(basename "$binary")" = test_cuda_dist ] &&
+    # NCCL probes its kernels with a call that fails on purpose (no image for this device), which
+    # memcheck would count as an error: leave API errors out there, memory errors stay in.
+    [ "$(basename "$binary")" = test_cuda_dist ] && api_errors=(--report-api-errors no) &&
         filter=(--filter '*/@(the_rank_order_sum_matches_the_host|steps_with_a_deterministic_allreduce_in_a_graph_equal_plain_ones)')
     sanitizer_steps+=("$name")
     run_limited "$name" "$limit" "$SANITIZER" --tool "$tool" --target-processes all --error-exitcode 1 \
-        --print-limit 20 "$binary" --jobs 1 "${filter[@]}" >"$LOGS/$name.outcome" &
+        "${api_errors[@]}" --print-limit 20 "$binary" --jobs 1 "${filter[@]}" >"$LOGS/$name.outcome" &
     sanitizer_pids+=($!)
+}
+# sanitize_sharded TOOL BINARY LIMIT EXCLUDED: the binary's tests in SANITIZE_SHARDS processes
+# side by side (steps TOOL-BINARY-1, -2, ...), each with its share of the tests.
+sanitize_sharded() {
+    local tool=$1 binary=$2 limit=$3 excluded=$4 k=0 filter name
+    while read -r filter; do
+        k=$((k + 1))
+        name=$tool-$(basename "$binary")-$k
+        sanitizer_steps+=("$name")
+        run_limited "$name" "$limit" "$SANITIZER" --tool "$tool" --target-processes all --error-exitcode 1 \
+            --print-limit 20 "$binary" --jobs 1 --filter "$filter" >"$LOGS/$name.outcome" &
+        sanitizer_pids+=($!)
+    done < <(shard_filters "$binary" "${SANITIZE_SHARDS:-4}" "$excluded")
 }
 sanitizers_done() {
     local name outcome timed_out=0
@@ -269,9 +299,13 @@ else
     elif [ ${#cuda_tests[@]} -eq 0 ]; then
         skip_step sanitizers "no test_cuda_* binary built"
     else
-        if [ -x build/tests/test_cuda_conv1d ]; then
+        if [ -x build/tests/test_cuda_conv1d ] && [ -n "${SANITIZE_FILTER:-}" ]; then
             sanitize memcheck build/tests/test_cuda_conv1d "$limit"
             sanitize racecheck build/tests/test_cuda_conv1d "$limit"
+        elif [ -x build/tests/test_cuda_conv1d ]; then
+            sanitize_sharded memcheck build/tests/test_cuda_conv1d "$limit" ""
+            sanitize_sharded racecheck build/tests/test_cuda_conv1d "$limit" \
+                'tensors_beyond_2_31_elements|grouped_forward_at_the_grid_limit'
         else
             skip_step sanitize-test_cuda_conv1d "build/tests/test_cuda_conv1d not built"
         fi
