@@ -5,7 +5,7 @@
  * up (512 bytes below 1 MiB, then whole MiB) and takes the newest free block of exactly
  * that size, else asks CUDA for a new one (and, when CUDA is out of memory, gives every
  * cached block back and asks once more). Exact sizes and newest-first make repeated
- * identical steps reuse identical addresses. Single-threaded, like the rest of core.
+ * identical steps reuse identical addresses. Unlocked: CUDA work comes from one thread at a time.
  *
  * CUDA graphs (core/graph.c). While a step is captured, every block handed out or given
  * back is recorded; when the capture ends, the graph reserves those blocks: its replays
