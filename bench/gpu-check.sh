@@ -223,6 +223,21 @@ reserve=$((BENCH_RESERVE + PEERS_RESERVE))
 # order they were started, once all have ended (sanitizers_done).
 sanitizer_steps=()
 sanitizer_pids=()
+# conv1d tests that racecheck leaves out (see the list of steps above), a |-separated list.
+racecheck_left_out='tensors_beyond_2_31_elements|grouped_forward_at_the_grid_limit'
+# start_sanitizer NAME TOOL BINARY LIMIT [ARGS...]: compute-sanitizer as step NAME, in the
+# background; ARGS go to the sanitizer before the binary, then the binary runs its tests
+# one at a time (filters come in ARGS as well, after a --).
+start_sanitizer() {
+    local name=$1 tool=$2 binary=$3 limit=$4 sanitizer_args=() test_args=()
+    shift 4
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do sanitizer_args+=("$1") && shift; done
+    [ $# -gt 0 ] && shift && test_args=("$@")
+    sanitizer_steps+=("$name")
+    run_limited "$name" "$limit" "$SANITIZER" --tool "$tool" --target-processes all --error-exitcode 1 \
+        "${sanitizer_args[@]}" --print-limit 20 "$binary" --jobs 1 "${test_args[@]}" >"$LOGS/$name.outcome" &
+    sanitizer_pids+=($!)
+}
 # shard_filters BINARY SHARDS EXCLUDED: Criterion filters that deal the binary's tests (but the
 # excluded ones, a |-separated list) round-robin into SHARDS groups, one filter a line.
 shard_filters() {
@@ -236,34 +251,24 @@ shard_filters() {
     done
 }
 sanitize() { # sanitize TOOL BINARY LIMIT: one compute-sanitizer step, started in the background
-    local tool=$1 binary=$2 limit=$3 filter=() pattern=${SANITIZE_FILTER:-} api_errors=()
-    local name
-    name=$tool-$(basename "$binary")
-    [ -z "$pattern" ] && [ "$tool" = racecheck ] &&
-        pattern='!(*/tensors_beyond_2_31_elements|*/grouped_forward_at_the_grid_limit)'
-    [ -n "$pattern" ] && [ "$(basename "$binary")" = test_cuda_conv1d ] && filter=(--filter "$pattern")
+    local tool=$1 binary=$2 limit=$3 pattern=${SANITIZE_FILTER:-} args=()
+    [ -z "$pattern" ] && [ "$tool" = racecheck ] && pattern="!(*/${racecheck_left_out//|/|*/})"
+    [ -n "$pattern" ] && [ "$(basename "$binary")" = test_cuda_conv1d ] && args=(-- --filter "$pattern")
     # Each NCCL communicator takes about half a minute to start under the sanitizer: keep the
     # tests of the library's own kernels (the rank-order sum, the all-reduce in a graph).
     # NCCL probes its kernels with a call that fails on purpose (no image for this device), which
     # memcheck would count as an error: leave API errors out there, memory errors stay in.
-    [ "$(basename "$binary")" = test_cuda_dist ] && api_errors=(--report-api-errors no) &&
-        filter=(--filter '*/@(the_rank_order_sum_matches_the_host|steps_with_a_deterministic_allreduce_in_a_graph_equal_plain_ones)')
-    sanitizer_steps+=("$name")
-    run_limited "$name" "$limit" "$SANITIZER" --tool "$tool" --target-processes all --error-exitcode 1 \
-        "${api_errors[@]}" --print-limit 20 "$binary" --jobs 1 "${filter[@]}" >"$LOGS/$name.outcome" &
-    sanitizer_pids+=($!)
+    [ "$(basename "$binary")" = test_cuda_dist ] && args=(--report-api-errors no -- --filter
+        '*/@(the_rank_order_sum_matches_the_host|steps_with_a_deterministic_allreduce_in_a_graph_equal_plain_ones)')
+    start_sanitizer "$tool-$(basename "$binary")" "$tool" "$binary" "$limit" "${args[@]}"
 }
 # sanitize_sharded TOOL BINARY LIMIT EXCLUDED: the binary's tests in SANITIZE_SHARDS processes
 # side by side (steps TOOL-BINARY-1, -2, ...), each with its share of the tests.
 sanitize_sharded() {
-    local tool=$1 binary=$2 limit=$3 excluded=$4 k=0 filter name
+    local tool=$1 binary=$2 limit=$3 excluded=$4 k=0 filter
     while read -r filter; do
         k=$((k + 1))
-        name=$tool-$(basename "$binary")-$k
-        sanitizer_steps+=("$name")
-        run_limited "$name" "$limit" "$SANITIZER" --tool "$tool" --target-processes all --error-exitcode 1 \
-            --print-limit 20 "$binary" --jobs 1 --filter "$filter" >"$LOGS/$name.outcome" &
-        sanitizer_pids+=($!)
+        start_sanitizer "$tool-$(basename "$binary")-$k" "$tool" "$binary" "$limit" -- --filter "$filter"
     done < <(shard_filters "$binary" "${SANITIZE_SHARDS:-4}" "$excluded")
 }
 sanitizers_done() {
@@ -304,8 +309,7 @@ else
             sanitize racecheck build/tests/test_cuda_conv1d "$limit"
         elif [ -x build/tests/test_cuda_conv1d ]; then
             sanitize_sharded memcheck build/tests/test_cuda_conv1d "$limit" ""
-            sanitize_sharded racecheck build/tests/test_cuda_conv1d "$limit" \
-                'tensors_beyond_2_31_elements|grouped_forward_at_the_grid_limit'
+            sanitize_sharded racecheck build/tests/test_cuda_conv1d "$limit" "$racecheck_left_out"
         else
             skip_step sanitize-test_cuda_conv1d "build/tests/test_cuda_conv1d not built"
         fi
