@@ -138,32 +138,51 @@ __device__ inline void st(char *p, int dtype, int64_t i, float v)
         ((unsigned short *)p)[i] = float_to_half_bits(v, dtype);
 }
 
-// x[k] = v[b, row, t + k] for k < kOwn; 0 at and past t_end, and everywhere when v is absent.
-__device__ inline void load_run(const seq v, int dtype, int64_t b, int64_t row, int64_t t, int64_t t_end,
-                                float (&x)[kOwn])
+// The kOwn elements of a run as stored: f32 bits, or 16-bit values two to a word (the upper
+// words unused). The tiles ahead are loaded into these and converted only when staged: a
+// conversion next to its load would wait there for the load, which is what loading a tile
+// ahead is for not to do.
+struct run_bits {
+    unsigned w[kOwn];
+};
+
+// x = the stored v[b, row, t + k] for k < kOwn; 0 at and past t_end, and everywhere when v is
+// absent.
+__device__ inline void load_run(const seq v, int dtype, int64_t b, int64_t row, int64_t t, int64_t t_end, run_bits &x)
 {
-    if (!v.p) {
 #pragma unroll
-        for (int k = 0; k < kOwn; k++) x[k] = 0.0f;
-        return;
-    }
+    for (int k = 0; k < kOwn; k++) x.w[k] = 0u;
+    if (!v.p) return;
     const int64_t base = b * v.s0 + row * v.s1;
     if (v.vec && t % kOwn == 0 && t + kOwn <= t_end) {
         const int64_t i = base + t;
         if (dtype == TG_F32) {
-            float4 q = __ldg((const float4 *)(v.p + i * 4));
-            x[0] = q.x, x[1] = q.y, x[2] = q.z, x[3] = q.w;
+            uint4 q = __ldg((const uint4 *)(v.p + i * 4));
+            x.w[0] = q.x, x.w[1] = q.y, x.w[2] = q.z, x.w[3] = q.w;
         } else {
             uint2 q = __ldg((const uint2 *)(v.p + i * 2));
-            x[0] = half_bits_to_float((unsigned short)(q.x & 0xffffu), dtype);
-            x[1] = half_bits_to_float((unsigned short)(q.x >> 16), dtype);
-            x[2] = half_bits_to_float((unsigned short)(q.y & 0xffffu), dtype);
-            x[3] = half_bits_to_float((unsigned short)(q.y >> 16), dtype);
+            x.w[0] = q.x, x.w[1] = q.y;
         }
         return;
     }
 #pragma unroll
-    for (int k = 0; k < kOwn; k++) x[k] = t + k < t_end ? ld(v.p, dtype, base + (t + k) * v.s2) : 0.0f;
+    for (int k = 0; k < kOwn; k++) {
+        if (t + k >= t_end) continue;
+        const int64_t i = base + (t + k) * v.s2;
+        if (dtype == TG_F32)
+            x.w[k] = __ldg((const unsigned *)v.p + i);
+        else
+            x.w[k / 2] |= (unsigned)__ldg((const unsigned short *)v.p + i) << (16 * (k % 2));
+    }
+}
+
+// The run's elements as floats.
+__device__ inline void unpack_run(const run_bits &x, int dtype, float (&out)[kOwn])
+{
+#pragma unroll
+    for (int k = 0; k < kOwn; k++)
+        out[k] = dtype == TG_F32 ? __uint_as_float(x.w[k])
+                                 : half_bits_to_float((unsigned short)(x.w[k / 2] >> (16 * (k % 2))), dtype);
 }
 
 // v[b, row, t + k] = x[k] for the k with t + k < t_end.
@@ -199,25 +218,34 @@ __device__ inline float exp2_fast(float x)
     return y;
 }
 
-__device__ inline float sigmoid(float v)
+// 1/x from the special function unit, within an ulp, for x in [1, 2] (no special cases).
+__device__ inline float recip_unit(float x)
 {
-    if (v >= 0.0f) return 1.0f / (1.0f + expf(-v));
-    float e = expf(v);
-    return e / (1.0f + e);
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
 }
 
-// log(1 + e^v) in the form whose exp cannot overflow (as the CPU kernel).
-__device__ inline float softplus(float v) { return v > 0.0f ? v + log1pf(expf(-v)) : log1pf(expf(v)); }
+// 1/(1 + e^-v) from e = exp(−|v|), in the form that cannot overflow.
+__device__ inline float sigmoid_from(float v, float e)
+{
+    const float r = recip_unit(1.0f + e);
+    return v >= 0.0f ? r : e * r;
+}
 
-// dt from delta (+ bias), and d(dt)/d(delta) in *slope.
+__device__ inline float sigmoid(float v) { return sigmoid_from(v, expf(-fabsf(v))); }
+
+// dt from delta (+ bias): softplus, log(1 + e^v) = max(v, 0) + log1p(e^−|v|) (the CPU
+// kernel's form), and d(dt)/d(delta) = sigmoid(v) in *slope, from the same exponential.
 __device__ inline float step_dt(float v, bool use_softplus, float *slope)
 {
     if (!use_softplus) {
         *slope = 1.0f;
         return v;
     }
-    *slope = sigmoid(v);
-    return softplus(v);
+    const float e = expf(-fabsf(v));
+    *slope = sigmoid_from(v, e);
+    return fmaxf(v, 0.0f) + log1pf(e);
 }
 
 // ---- reductions across lanes --------------------------------------------------------------
@@ -341,18 +369,16 @@ __device__ inline float load_channel(const small &t, int dtype, int64_t d)
 
 // The Bm (mat 0) or Cm (mat 1) run this thread stages: 0 past N.
 __device__ inline void load_mat_run(const scan_params &P, int dtype, const place &w, int64_t t0, int64_t t_end,
-                                    float (&x)[kOwn])
+                                    run_bits &x)
 {
-    if (w.mat_n < P.N) {
-        load_run(w.mat == 0 ? P.Bm : P.Cm, dtype, w.b, w.mat_n, t0 + w.mat_q * kOwn, t_end, x);
-    } else {
-#pragma unroll
-        for (int k = 0; k < kOwn; k++) x[k] = 0.0f;
-    }
+    const seq none = {};
+    load_run(w.mat_n < P.N ? (w.mat == 0 ? P.Bm : P.Cm) : none, dtype, w.b, w.mat_n, t0 + w.mat_q * kOwn, t_end, x);
 }
 
-__device__ inline void store_mat_run(float (*tile)[kNPitch], const place &w, const float (&x)[kOwn])
+__device__ inline void store_mat_run(float (*tile)[kNPitch], const place &w, const run_bits &bits, int dtype)
 {
+    float x[kOwn];
+    unpack_run(bits, dtype, x);
 #pragma unroll
     for (int k = 0; k < kOwn; k++) tile[w.mat_q * kOwn + k][w.mat_n] = x[k];
 }
@@ -365,11 +391,8 @@ __device__ inline void read4(const float (*tile)[kNPitch], int i, int lane_n, fl
 
 __device__ inline float silu_of(float z) { return z * sigmoid(z); }
 
-__device__ inline float silu_slope(float z)
-{
-    float s = sigmoid(z);
-    return s * (1.0f + z * (1.0f - s));
-}
+// silu'(z) from s = sigmoid(z).
+__device__ inline float silu_slope(float z, float s) { return s * (1.0f + z * (1.0f - s)); }
 
 // ---- spans -------------------------------------------------------------------------------------
 
@@ -476,7 +499,7 @@ template <int kDtype, bool kEndOnly> __global__ void __launch_bounds__(kThreads)
     const bool stages_mat = !kEndOnly || w.mat == 0; // the summary needs no Cm
 
     // The next tile's inputs, loaded one tile ahead.
-    float pu[kOwn], pd[kOwn], pz[kOwn], pm[kOwn];
+    run_bits pu, pd, pz, pm;
     auto fetch = [&](int64_t t0) {
         const int64_t t_stop = min(t0 + kTile, t_end);
         load_run(P.u, kDtype, w.b, w.dr, t0 + own, t_stop, pu);
@@ -491,18 +514,20 @@ template <int kDtype, bool kEndOnly> __global__ void __launch_bounds__(kThreads)
     for (int64_t t0 = t_begin; t0 < t_end; t0 += kTile) {
         const int len = (int)min((int64_t)kTile, t_end - t0);
         __syncthreads(); // the previous tile's readers are done with the shared tiles
-        float own_u[kOwn], own_gate[kOwn];
+        float own_u[kOwn], own_gate[kOwn], own_delta[kOwn], own_z[kOwn];
+        unpack_run(pu, kDtype, own_u);
+        unpack_run(pd, kDtype, own_delta);
+        if (!kEndOnly) unpack_run(pz, kDtype, own_z);
 #pragma unroll
         for (int k = 0; k < kOwn; k++) {
             float slope;
-            const float dt = step_dt(pd[k] + bias, P.softplus, &slope);
+            const float dt = step_dt(own_delta[k] + bias, P.softplus, &slope);
             s_dt[w.r][own + k] = dt;
-            s_u[w.r][own + k] = pu[k];
-            own_u[k] = pu[k];
+            s_u[w.r][own + k] = own_u[k];
             if (kEndOnly && own + k < len) dt_sum += dt;
-            if (!kEndOnly) own_gate[k] = P.z.p ? silu_of(pz[k]) : 1.0f;
+            if (!kEndOnly) own_gate[k] = P.z.p ? silu_of(own_z[k]) : 1.0f;
         }
-        if (stages_mat) store_mat_run(w.mat == 0 ? s_B : s_C, w, pm);
+        if (stages_mat) store_mat_run(w.mat == 0 ? s_B : s_C, w, pm, kDtype);
         __syncthreads();
         if (t0 + kTile < t_end) fetch(t0 + kTile);
 
@@ -645,7 +670,8 @@ template <int kDtype> __global__ void __launch_bounds__(kThreads, 3) scan_bwd_ke
     float dv_sum = 0.0f, db_sum = 0.0f;
 
     // The next tile's inputs (and start state), loaded one tile ahead.
-    float pu[kOwn], pd[kOwn], pz[kOwn], po[kOwn], pm[kOwn], ph[kStates];
+    run_bits pu, pd, pz, po, pm;
+    float ph[kStates];
     auto fetch = [&](const tile_item &it) {
         const int64_t t0 = item_t0(P, it), t_end = item_end(P, it);
         load_run(P.u, kDtype, w.b, w.dr, t0 + own, t_end, pu);
@@ -678,22 +704,30 @@ template <int kDtype> __global__ void __launch_bounds__(kThreads, 3) scan_bwd_ke
         const int64_t t0 = item_t0(P, it), t_end = item_end(P, it);
         const int len = (int)(t_end - t0);
         __syncthreads(); // the previous tile's readers are done with the shared tiles
+        {
+            float u[kOwn], delta[kOwn], z[kOwn], dout[kOwn];
+            unpack_run(pu, kDtype, u);
+            unpack_run(pd, kDtype, delta);
+            unpack_run(pz, kDtype, z);
+            unpack_run(po, kDtype, dout);
 #pragma unroll
-        for (int k = 0; k < kOwn; k++) {
-            float slope;
-            s_dt[w.r][own + k] = step_dt(pd[k] + bias, P.softplus, &slope);
-            s_u[w.r][own + k] = pu[k];
-            if (it.rev) { // dy = dout·silu(z); dz = dout·y·silu'(z) needs y, so keep dout·silu'(z)
-                const float gate = P.z.p ? silu_of(pz[k]) : 1.0f;
-                s_gz[w.r][own + k] = P.z.p ? po[k] * silu_slope(pz[k]) : 0.0f;
-                s_dy[w.r][own + k] = w.row_ok ? po[k] * gate : 0.0f;
-                s_slope[w.r][own + k] = slope;
+            for (int k = 0; k < kOwn; k++) {
+                float slope;
+                s_dt[w.r][own + k] = step_dt(delta[k] + bias, P.softplus, &slope);
+                s_u[w.r][own + k] = u[k];
+                if (it.rev) { // dy = dout·silu(z); dz = dout·y·silu'(z) needs y, so keep dout·silu'(z)
+                    const float sz = sigmoid(z[k]);
+                    const float gate = P.z.p ? z[k] * sz : 1.0f;
+                    s_gz[w.r][own + k] = P.z.p ? dout[k] * silu_slope(z[k], sz) : 0.0f;
+                    s_dy[w.r][own + k] = w.row_ok ? dout[k] * gate : 0.0f;
+                    s_slope[w.r][own + k] = slope;
+                }
             }
         }
         if (w.mat == 0)
-            store_mat_run(s_B, w, pm);
+            store_mat_run(s_B, w, pm, kDtype);
         else if (it.rev)
-            store_mat_run(s_C, w, pm);
+            store_mat_run(s_C, w, pm, kDtype);
         if (item_loads_state(it))
 #pragma unroll
             for (int j = 0; j < kStates; j++) h[j] = ph[j];
@@ -854,7 +888,7 @@ template <int kDtype> __global__ void __launch_bounds__(kThreads) scan_bwd_summa
     const int own = w.lane_n * kOwn;
     float dt_sum = 0.0f;
 
-    float pd[kOwn], pz[kOwn], po[kOwn], pm[kOwn];
+    run_bits pd, pz, po, pm;
     auto fetch = [&](int64_t t0) {
         const int64_t t_stop = min(t0 + kTile, t_end);
         load_run(P.delta, kDtype, w.b, w.dr, t0 + own, t_stop, pd);
@@ -868,15 +902,19 @@ template <int kDtype> __global__ void __launch_bounds__(kThreads) scan_bwd_summa
         const int64_t t0 = t_begin + k * kTile;
         const int len = (int)min((int64_t)kTile, t_end - t0);
         __syncthreads(); // the previous tile's readers are done with the shared tiles
+        float delta[kOwn], z[kOwn], dout[kOwn];
+        unpack_run(pd, kDtype, delta);
+        unpack_run(pz, kDtype, z);
+        unpack_run(po, kDtype, dout);
 #pragma unroll
         for (int q = 0; q < kOwn; q++) {
             float slope;
-            const float dt = step_dt(pd[q] + bias, P.softplus, &slope);
+            const float dt = step_dt(delta[q] + bias, P.softplus, &slope);
             s_dt[w.r][own + q] = dt;
-            s_dy[w.r][own + q] = w.row_ok ? po[q] * (P.z.p ? silu_of(pz[q]) : 1.0f) : 0.0f;
+            s_dy[w.r][own + q] = w.row_ok ? dout[q] * (P.z.p ? silu_of(z[q]) : 1.0f) : 0.0f;
             if (own + q < len) dt_sum += dt;
         }
-        if (w.mat == 1) store_mat_run(s_C, w, pm);
+        if (w.mat == 1) store_mat_run(s_C, w, pm, kDtype);
         __syncthreads();
         if (k > 0) fetch(t0 - kTile);
 #pragma unroll
