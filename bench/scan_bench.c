@@ -1,6 +1,6 @@
 /* bench/scan_bench.c: times the CUDA selective scan kernels.
  *
- *   scan_bench [--quick] [--runs N] [--spans LIST]
+ *   scan_bench [--quick] [--runs N] [--spans LIST] [--size BxDxNxL] [--dtype f32|bf16] [--chunk N]
  *
  * Cases (B, D, N, L): the training programs' scans (8, 128, 16, 256), (32, 512, 16, 256),
  * (64, 128, 16, 4096) and (8, 1536, 16, 2048), and (16, 768, 16, 1024) and (2, 768, 16, 4096),
@@ -17,6 +17,9 @@
  * afterwards. The floor is the bytes a kernel must move (read u, delta, z, Bm, Cm, write out
  * and the chunk states; the backward also reads dout and writes du, ddelta, dz, dBm, dCm)
  * over the device-to-device copy bandwidth measured at the start.
+ *
+ * --size, --dtype and --chunk time one case instead of the list (for a profiler, say) and set
+ * the chunk (the steps between the saved states; the backward reruns the forward inside it).
  *
  * --spans 0,2,4 times each case once per entry: 0 lets the kernels choose how many spans to
  * cut the sequence into (the default, impl "tapegrad"), N forces N (impl "tapegrad-spansN").
@@ -35,7 +38,7 @@
 #include <time.h>
 
 #define MAX_SETS 8
-#define CHUNK 64
+#define DEFAULT_CHUNK 64
 
 typedef struct {
     int64_t B, D, N, L;
@@ -52,6 +55,7 @@ static const tg_dtype bench_dtypes[] = {TG_F32, TG_BF16};
 typedef struct {
     scan_size size;
     tg_dtype dtype;
+    int64_t chunk;
     int sets;
     tg_tensor *u[MAX_SETS], *delta[MAX_SETS], *z[MAX_SETS], *Bm[MAX_SETS], *Cm[MAX_SETS], *dout[MAX_SETS],
         *out[MAX_SETS];
@@ -64,7 +68,7 @@ typedef struct {
 static tg_scan_args args_for(const bench_case *c, int set)
 {
     return (tg_scan_args){c->u[set], c->delta[set], c->A, c->Bm[set], c->Cm[set], c->Dv,
-                          c->z[set], c->bias,       NULL, true,       CHUNK};
+                          c->z[set], c->bias,       NULL, true,       c->chunk};
 }
 
 static tg_status run_forward(const void *context, int set)
@@ -92,13 +96,15 @@ static tg_tensor *device_tensor(tg_tape *tape, tg_dtype dtype, int ndim, const i
 
 /* Inputs in the ranges of a Mamba layer: delta + bias around softplus⁻¹ of small steps,
  * A = −uniform(0.5, 16) (as −exp(A_log) with A_log = log(1 … 16)), Dv around 1. */
-static bool make_case(tg_tape *tape, tg_rng *rng, bench_case *c, scan_size s, tg_dtype dtype, size_t l2_bytes)
+static bool make_case(tg_tape *tape, tg_rng *rng, bench_case *c, scan_size s, tg_dtype dtype, int64_t chunk,
+                      size_t l2_bytes)
 {
     memset(c, 0, sizeof *c);
     c->size = s;
     c->dtype = dtype;
+    c->chunk = chunk;
     const int64_t bdl[3] = {s.B, s.D, s.L}, bnl[3] = {s.B, s.N, s.L}, dn[2] = {s.D, s.N};
-    const int64_t states_shape[4] = {s.B, s.D, s.N, (s.L - 1) / CHUNK + 1};
+    const int64_t states_shape[4] = {s.B, s.D, s.N, (s.L - 1) / chunk + 1};
     size_t u_bytes = (size_t)(s.B * s.D * s.L) * tg_dtype_size(dtype);
     c->sets = bench_sets_needed(u_bytes, l2_bytes, MAX_SETS);
     for (int i = 0; i < c->sets; i++) {
@@ -156,10 +162,10 @@ static int64_t non_finite(const bench_case *c)
 }
 
 /* Bytes the kernels must move at the least (see the top of this file). */
-static void floor_bytes(scan_size s, tg_dtype dtype, double *fwd, double *bwd)
+static void floor_bytes(scan_size s, tg_dtype dtype, int64_t chunk, double *fwd, double *bwd)
 {
     double size = (double)tg_dtype_size(dtype), bdl = (double)(s.B * s.D * s.L), bnl = (double)(s.B * s.N * s.L);
-    double states = (double)(s.B * s.D * s.N * ((s.L - 1) / CHUNK + 1)) * 4.0;
+    double states = (double)(s.B * s.D * s.N * ((s.L - 1) / chunk + 1)) * 4.0;
     *fwd = (4 * bdl + 2 * bnl) * size + states;
     *bwd = (7 * bdl + 4 * bnl) * size + states;
 }
@@ -186,10 +192,30 @@ static bool parse_spans(const char *text, span_settings *spans)
     return spans->count > 0 && !*text;
 }
 
-static bool parse_options(int argc, char **argv, bench_policy *o, span_settings *spans)
+/* The cases to time: the list above in both dtypes, or one picked on the command line. */
+typedef struct {
+    scan_size sizes[COUNT_OF(bench_sizes)];
+    tg_dtype dtypes[COUNT_OF(bench_dtypes)];
+    int n_sizes, n_dtypes;
+    int64_t chunk;
+} case_list;
+
+static bool parse_size(const char *text, scan_size *s)
+{
+    long long b, d, n, l;
+    char tail;
+    if (sscanf(text, "%lldx%lldx%lldx%lld%c", &b, &d, &n, &l, &tail) != 4) return false;
+    *s = (scan_size){b, d, n, l};
+    return b > 0 && d > 0 && n > 0 && l > 0;
+}
+
+static bool parse_options(int argc, char **argv, bench_policy *o, span_settings *spans, case_list *cases)
 {
     *o = (bench_policy){.max_runs = 100, .min_runs = 10, .warmup = 3, .budget_ms = 2000.0};
     *spans = (span_settings){1, {0}};
+    *cases = (case_list){.n_sizes = COUNT_OF(bench_sizes), .n_dtypes = COUNT_OF(bench_dtypes), .chunk = DEFAULT_CHUNK};
+    memcpy(cases->sizes, bench_sizes, sizeof bench_sizes);
+    memcpy(cases->dtypes, bench_dtypes, sizeof bench_dtypes);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) {
             *o = (bench_policy){.max_runs = 5, .min_runs = 2, .warmup = 1, .budget_ms = 100.0};
@@ -199,6 +225,17 @@ static bool parse_options(int argc, char **argv, bench_policy *o, span_settings 
             if (o->min_runs > o->max_runs) o->min_runs = o->max_runs;
         } else if (!strcmp(argv[i], "--spans") && i + 1 < argc) {
             if (!parse_spans(argv[++i], spans)) return false;
+        } else if (!strcmp(argv[i], "--size") && i + 1 < argc) {
+            if (!parse_size(argv[++i], &cases->sizes[0])) return false;
+            cases->n_sizes = 1;
+        } else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) {
+            const char *name = argv[++i];
+            if (strcmp(name, "f32") && strcmp(name, "bf16")) return false;
+            cases->dtypes[0] = strcmp(name, "f32") ? TG_BF16 : TG_F32;
+            cases->n_dtypes = 1;
+        } else if (!strcmp(argv[i], "--chunk") && i + 1 < argc) {
+            cases->chunk = atoll(argv[++i]);
+            if (cases->chunk < 1) return false;
         } else {
             return false;
         }
@@ -210,8 +247,10 @@ int main(int argc, char **argv)
 {
     bench_policy o;
     span_settings spans;
-    if (!parse_options(argc, argv, &o, &spans)) {
-        fprintf(stderr, "usage: scan_bench [--quick] [--runs N] [--spans N,N,... (0 … 8)]\n");
+    case_list cases;
+    if (!parse_options(argc, argv, &o, &spans, &cases)) {
+        fprintf(stderr, "usage: scan_bench [--quick] [--runs N] [--spans N,N,... (0 … 8)] [--size BxDxNxL] "
+                        "[--dtype f32|bf16] [--chunk N]\n");
         return 2;
     }
     if (!tg_device_available(TG_DEVICE_CUDA)) {
@@ -231,24 +270,25 @@ int main(int argc, char **argv)
     tg_memory_empty_cache();
     printf("# device: %s, %d SMs, %.0f MiB L2; seed %llu; copy bandwidth (1 GiB, read + write) %.1f GB/s\n", prop.name,
            prop.multiProcessorCount, prop.l2CacheSize / 1048576.0, (unsigned long long)seed, copy_gbps);
-    printf("# tapegrad: z, Dv, delta_bias + softplus on, chunk %d; fwd keeps the chunk states\n", CHUNK);
+    printf("# tapegrad: z, Dv, delta_bias + softplus on, chunk %lld; fwd keeps the chunk states\n",
+           (long long)cases.chunk);
     printf("impl,B,D,N,L,dtype,fwd_us,fwdbwd_us,status\n");
     fflush(stdout);
 
     int failed = 0;
     bool device_ok = isfinite(copy_gbps);
-    for (int si = 0; device_ok && si < COUNT_OF(bench_sizes); si++)
-        for (int di = 0; device_ok && di < COUNT_OF(bench_dtypes); di++)
+    for (int si = 0; device_ok && si < cases.n_sizes; si++)
+        for (int di = 0; device_ok && di < cases.n_dtypes; di++)
             for (int pi = 0; device_ok && pi < spans.count; pi++) {
-                scan_size s = bench_sizes[si];
-                tg_dtype dtype = bench_dtypes[di];
+                scan_size s = cases.sizes[si];
+                tg_dtype dtype = cases.dtypes[di];
                 char impl[32] = "tapegrad";
                 if (spans.values[pi]) snprintf(impl, sizeof impl, "tapegrad-spans%d", spans.values[pi]);
                 tg_cuda_scan_force_spans(spans.values[pi]);
                 bench_case c;
                 bench_timing fwd, both;
                 int64_t bad = -1;
-                if (!make_case(tape, &rng, &c, s, dtype, (size_t)prop.l2CacheSize)) {
+                if (!make_case(tape, &rng, &c, s, dtype, cases.chunk, (size_t)prop.l2CacheSize)) {
                     fwd = both = bench_timing_failed(tg_last_error());
                 } else {
                     fwd = bench_time_runs(run_forward, &c, c.sets, &o);
@@ -260,7 +300,7 @@ int main(int argc, char **argv)
                        (long long)s.L, tg_dtype_name(dtype), fwd.ok ? fwd.median_us : NAN,
                        both.ok ? both.median_us : NAN, status);
                 double fwd_bytes, bwd_bytes;
-                floor_bytes(s, dtype, &fwd_bytes, &bwd_bytes);
+                floor_bytes(s, dtype, cases.chunk, &fwd_bytes, &bwd_bytes);
                 printf("#   floor: fwd %.1f MB (%.1f us at copy speed), fwd+bwd %.1f MB (%.1f us); runs %d/%d\n",
                        fwd_bytes / 1e6, fwd_bytes / copy_gbps / 1e3, (fwd_bytes + bwd_bytes) / 1e6,
                        (fwd_bytes + bwd_bytes) / copy_gbps / 1e3, fwd.runs, both.runs);
