@@ -139,9 +139,9 @@ __device__ inline void st(char *p, int dtype, int64_t i, float v)
 }
 
 // The kOwn elements of a run as stored: f32 bits, or 16-bit values two to a word (the upper
-// words unused). The tiles ahead are loaded into these and converted only when staged: a
-// conversion next to its load would wait there for the load, which is what loading a tile
-// ahead is for not to do.
+// words unused). The next tile is loaded into these and converted only when staged: a
+// conversion placed next to its load would stall the warp there until the load arrived,
+// defeating the point of loading a tile ahead.
 struct run_bits {
     unsigned w[kOwn];
 };
