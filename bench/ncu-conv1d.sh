@@ -16,15 +16,10 @@
 set -u
 cd "$(dirname "$0")/.." || exit 2
 build=${1:-build}
-OUT=${OUT:-./gpu-out}
-mkdir -p "$OUT"
-if [ ! -x "$build/bench/conv1d_bench" ]; then
-    cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTG_CUDA=ON -DTG_BUILD_TESTS=OFF -DTG_BUILD_EXAMPLES=OFF \
-        > "$OUT/ncu-build.log" 2>&1 && cmake --build "$build" --target conv1d_bench -j "$(nproc)" >> "$OUT/ncu-build.log" 2>&1 ||
-        { tail -30 "$OUT/ncu-build.log"; exit 1; }
-fi
+# shellcheck source=bench/ncu-common.sh
+source bench/ncu-common.sh
+ncu_prepare "$build" conv1d_bench || exit 1
 ROWS=${ROWS:-"16x1536x16384 bf16 cf 4;16x1536x16384 f32 cf 4;16x1536x16384 bf16 cl 4;8x1536x2048 bf16 cf 4"}
-METRICS=$(python3 "$(dirname "$0")/ncu_table.py" --metrics)
 IFS=';' read -ra rows <<< "$ROWS"
 for row in "${rows[@]}"; do
     read -r size dtype layout width <<< "$row"
@@ -36,4 +31,4 @@ for row in "${rows[@]}"; do
         "$build/bench/conv1d_bench" --quick --size "$size" --dtype "$dtype" --layout "$layout" --width "$width" \
         > "$OUT/ncu-$name.csv" 2> "$OUT/ncu-$name.err" || { echo "ncu failed on $name"; tail -5 "$OUT/ncu-$name.err"; }
 done
-python3 "$(dirname "$0")/ncu_table.py" "$OUT"
+python3 bench/ncu_table.py "$OUT"

@@ -12,15 +12,10 @@
 set -u
 cd "$(dirname "$0")/.." || exit 2
 build=${1:-build}
-OUT=${OUT:-./gpu-out}
-mkdir -p "$OUT"
-if [ ! -x "$build/bench/scan_bench" ]; then
-    cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTG_CUDA=ON -DTG_BUILD_TESTS=OFF -DTG_BUILD_EXAMPLES=OFF \
-        > "$OUT/ncu-build.log" 2>&1 && cmake --build "$build" --target scan_bench -j "$(nproc)" >> "$OUT/ncu-build.log" 2>&1 ||
-        { tail -30 "$OUT/ncu-build.log"; exit 1; }
-fi
+# shellcheck source=bench/ncu-common.sh
+source bench/ncu-common.sh
+ncu_prepare "$build" scan_bench || exit 1
 ROWS=${ROWS:-"8x1536x16x2048 bf16;8x1536x16x2048 f32;8x128x16x256 bf16"}
-METRICS=$(python3 "$(dirname "$0")/ncu_table.py" --metrics)
 IFS=';' read -ra rows <<< "$ROWS"
 for row in "${rows[@]}"; do
     read -r size dtype <<< "$row"
@@ -47,4 +42,4 @@ for kernel in fwd bwd; do
         tail -5 "$report.log"
     fi
 done
-python3 "$(dirname "$0")/ncu_table.py" "$OUT"
+python3 bench/ncu_table.py "$OUT"
