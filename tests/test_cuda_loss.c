@@ -1,8 +1,8 @@
 /* tg_cross_entropy on CUDA against the CPU kernels: loss and gradient on random shapes
  * (1-D to 3-D logits, strided logits and targets, ignored rows, a random upstream
- * gradient) in f32, bf16 and f64; all rows ignored; a large vocabulary and many rows;
- * reproducible loss and gradient; bad targets named by position like on the CPU; and the
- * mixed-device error. Skipped without a GPU. */
+ * gradient) in f32, bf16 and f64; row lengths around the kernels' limits; all rows
+ * ignored; a large vocabulary and many rows; reproducible loss and gradient; bad targets
+ * named by position like on the CPU; and the mixed-device error. Skipped without a GPU. */
 #include "cuda_util.h"
 #include "loss_cases.h"
 
@@ -58,6 +58,21 @@ Test(cuda_cross_entropy, large_vocabulary_and_many_rows_match_cpu)
     compare_case(TG_F32, 2, many, tt_randint(0, 1), 0.1);
     int64_t bf16[3] = {2, tt_randint(20, 40), tt_randint(8000, 9000)};
     compare_case(TG_BF16, 3, bf16, tt_randint(0, 1), 0.1);
+}
+
+/* Rows of every length around the kernels' choices: lane groups of 1 to 32 lanes, several
+ * classes per lane, the longest rows a group owns (1024) and the shortest a block owns, and
+ * more rows than the group kernels' grid holds at once (rows taken in rounds). */
+Test(cuda_cross_entropy, row_lengths_around_the_kernels_limits_match_cpu)
+{
+    tt_require_cuda();
+    const int64_t lengths[] = {1, 2, 5, 16, 31, 32, 33, 200, 1023, 1024, 1025, 1300};
+    for (size_t i = 0; i < sizeof lengths / sizeof lengths[0]; i++) {
+        int64_t shape[2] = {tt_randint(1, 400), lengths[i]};
+        compare_case(i % 2 ? TG_BF16 : TG_F32, 2, shape, tt_randint(0, 1), 0.2);
+    }
+    int64_t rounds[2] = {tt_randint(40000, 50000), tt_randint(17, 32)};
+    compare_case(TG_F32, 2, rounds, tt_randint(0, 1), 0.1);
 }
 
 Test(cuda_cross_entropy, all_rows_ignored_gives_zero_loss_and_zero_gradient)

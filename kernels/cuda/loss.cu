@@ -1,12 +1,12 @@
 // kernels/cuda/loss.cu: fused cross-entropy on the GPU. The target check counts valid
 // targets and finds the first bad one with integer atomics (exact, so the answer does
 // not depend on scheduling) and copies both to the host; during a capture it records a
-// bad target on the device instead (tapegrad/graph.h). The forward writes one loss per
-// row (a block per row), then a single block adds the rows in a fixed order: thread i
-// sums rows i, i + blockDim, ... in turn and a block tree adds the threads' sums, so the
-// loss is the same bits on every run and every device; the same block counts the rows
-// that are not ignored into a device scalar. The backward recomputes each row's
-// log-sum-exp and writes (softmax − one_hot)·dloss/count, reading the count on the device.
+// bad target on the device instead (tapegrad/graph.h). The forward gives each row to a
+// group of lanes (a block for long rows), and each block adds its rows' losses in a fixed
+// order and counts the rows that are not ignored; a single block then adds the blocks'
+// sums in order, so the loss is the same bits on every run and every device, and keeps the
+// count in a device scalar. The backward recomputes each row's log-sum-exp and writes
+// (softmax − one_hot)·dloss/count, reading the count on the device.
 #include "kernels/cuda/rows.cuh"
 #include "kernels/loss.h"
 
@@ -93,6 +93,17 @@ extern "C" tg_status tg_cuda_cross_entropy_check(const tg_tensor *targets, int32
 }
 
 // ---- forward and backward ----------------------------------------------------------------
+//
+// Rows of up to kGroupClasses classes go to lane groups: `lanes` neighbouring lanes of a warp
+// (a power of two, up to 32, at least the row's length when that fits) own a row, so a
+// vocabulary of 16 keeps two rows per warp busy instead of a block of 32 threads half idle,
+// and the row's max and sum are warp shuffles with no block barrier. Longer rows keep a
+// block each. Both write per block the sum of its rows' losses and the count of rows scored;
+// ce_mean_kernel adds the blocks in order.
+
+constexpr int64_t kGroupClasses = 1024; // longest row a lane group owns
+constexpr int kGroupThreads = 256;
+constexpr int64_t kMaxGroupBlocks = 2048; // fixed by the shape alone, so the sums' order is too
 
 // The target of row `row`: targets have logits' leading shape, so the row number is their
 // flat index (1-D logits have one row and a target of shape (1)).
@@ -101,40 +112,108 @@ __device__ inline int32_t row_target(const tg_cuda_view &targets, int64_t row)
     return ((const int32_t *)targets.data)[tg_offset_of(targets, row)];
 }
 
-// row_loss[row] = lse(row) − row[target], or 0 on an ignored row.
-template <typename Acc>
-__global__ void ce_fwd_kernel(tg_cuda_view logits, tg_cuda_view targets, int32_t ignore_index, int64_t rows,
-                              double *row_loss)
+// Lanes per row for rows of n classes.
+static inline int group_lanes(int64_t n)
 {
-    __shared__ Acc shared[33];
-    int64_t n = logits.shape[logits.ndim - 1], step = row_step(logits);
-    for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-        int32_t t = row_target(targets, row);
-        if (t == ignore_index) { // the same for the whole block
-            if (threadIdx.x == 0) row_loss[row] = 0.0;
-            continue;
-        }
-        int64_t start = row_start(logits, row);
-        row_lse<Acc> lse = row_logsumexp<Acc>(logits, start, n, shared);
-        if (threadIdx.x == 0) {
-            // The check has run, so t is a class; a NaN rather than a stray read if not.
-            Acc loss = t >= 0 && t < n ? (lse.max - row_load<Acc>(logits, start + t * step)) + lse.log_sum : (Acc)NAN;
-            row_loss[row] = (double)loss;
-        }
-    }
+    int lanes = 1;
+    while (lanes < 32 && lanes < n) lanes *= 2;
+    return lanes;
 }
 
-// count[0] = the rows whose target is not ignore_index; loss[0] = Σ row_loss / count (0
-// when none), in one block: the order of the additions depends on nothing but `rows` and
-// the block size.
-__global__ void mean_kernel(const double *row_loss, tg_cuda_view targets, int32_t ignore_index, int64_t rows,
-                            tg_cuda_view loss, double *count)
+static inline unsigned group_blocks(int64_t rows, int lanes)
+{
+    const int64_t per_block = kGroupThreads / lanes, blocks = (rows + per_block - 1) / per_block;
+    return (unsigned)(blocks < kMaxGroupBlocks ? blocks : kMaxGroupBlocks);
+}
+
+// Op over the `lanes` lanes of a group; every lane of the warp must call it (lanes is the same
+// for the whole block).
+template <typename Op, typename T> __device__ inline T group_reduce(T value, int lanes)
+{
+    for (int mask = lanes / 2; mask > 0; mask /= 2) value = Op::apply(value, __shfl_xor_sync(0xffffffffu, value, mask));
+    return value;
+}
+
+// row_logsumexp for a lane group: lane `lane` of `lanes` reads columns lane, lane + lanes, …
+// of the n given (n = 0 for a lane whose group has no row to score). Every lane runs both
+// reductions, so the shuffles never diverge.
+template <typename Acc>
+__device__ inline row_lse<Acc> group_logsumexp(const tg_cuda_view &x, int64_t start, int64_t n, int lane, int lanes)
+{
+    const int64_t step = row_step(x);
+    Acc max = -INFINITY;
+    for (int64_t j = lane; j < n; j += lanes) max = max_op::apply(max, row_load<Acc>(x, start + j * step));
+    max = group_reduce<max_op>(max, lanes);
+    const bool finite = !isinf(max) && !isnan(max);
+    Acc sum = 0;
+    for (int64_t j = lane; finite && j < n; j += lanes) sum += tg_exp(row_load<Acc>(x, start + j * step) - max);
+    sum = group_reduce<sum_op>(sum, lanes);
+    return finite ? row_lse<Acc>{max, tg_log(sum)} : row_lse<Acc>{max, (Acc)0};
+}
+
+// The loss of a row whose target t is not ignored: lse − row[t] (NaN rather than a stray read
+// if t is not a class: the check has run).
+template <typename Acc>
+__device__ inline double row_loss(const tg_cuda_view &logits, int64_t start, int64_t n, int32_t t, row_lse<Acc> lse)
+{
+    return t >= 0 && t < n ? (double)((lse.max - row_load<Acc>(logits, start + t * row_step(logits))) + lse.log_sum)
+                           : (double)NAN;
+}
+
+// partials[2·block] = Σ its rows' losses, partials[2·block + 1] = its rows scored. Rows go to
+// groups in rounds: group g of block b takes rows (round·gridDim + b)·groups + g.
+template <typename Acc>
+__global__ void ce_fwd_groups_kernel(tg_cuda_view logits, tg_cuda_view targets, int32_t ignore_index, int64_t rows,
+                                     int lanes, double *partials)
+{
+    __shared__ double shared[33];
+    const int lane = threadIdx.x % lanes, groups = blockDim.x / lanes;
+    const int64_t n = logits.shape[logits.ndim - 1];
+    double loss = 0, scored = 0;
+    for (int64_t first = (int64_t)blockIdx.x * groups; first < rows; first += (int64_t)gridDim.x * groups) {
+        const int64_t row = first + threadIdx.x / lanes;
+        const int32_t t = row < rows ? row_target(targets, row) : ignore_index;
+        const bool counted = row < rows && t != ignore_index;
+        const int64_t start = counted ? row_start(logits, row) : 0;
+        const row_lse<Acc> lse = group_logsumexp<Acc>(logits, start, counted ? n : 0, lane, lanes);
+        if (counted && lane == 0) {
+            loss += row_loss(logits, start, n, t, lse);
+            scored += 1;
+        }
+    }
+    loss = block_sum(loss, shared);
+    scored = block_sum(scored, shared);
+    if (threadIdx.x == 0) partials[2 * blockIdx.x] = loss, partials[2 * blockIdx.x + 1] = scored;
+}
+
+// The same for longer rows, a block per row.
+template <typename Acc>
+__global__ void ce_fwd_rows_kernel(tg_cuda_view logits, tg_cuda_view targets, int32_t ignore_index, int64_t rows,
+                                   double *partials)
+{
+    __shared__ Acc shared[33];
+    const int64_t n = logits.shape[logits.ndim - 1];
+    double loss = 0, scored = 0;
+    for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+        const int32_t t = row_target(targets, row);
+        if (t == ignore_index) continue; // the same for the whole block
+        const int64_t start = row_start(logits, row);
+        const row_lse<Acc> lse = row_logsumexp<Acc>(logits, start, n, shared);
+        loss += row_loss(logits, start, n, t, lse);
+        scored += 1;
+    }
+    if (threadIdx.x == 0) partials[2 * blockIdx.x] = loss, partials[2 * blockIdx.x + 1] = scored;
+}
+
+// count[0] = the rows scored; loss[0] = Σ losses / count (0 when none), the blocks' partials
+// added in one block: the order depends on nothing but their number.
+__global__ void ce_mean_kernel(const double *partials, int64_t blocks, tg_cuda_view loss, double *count)
 {
     __shared__ double shared[33];
     double sum = 0, counted = 0;
-    for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
-        sum += row_loss[r];
-        counted += row_target(targets, r) != ignore_index;
+    for (int64_t b = threadIdx.x; b < blocks; b += blockDim.x) {
+        sum += partials[2 * b];
+        counted += partials[2 * b + 1];
     }
     sum = block_sum(sum, shared);
     counted = block_sum(counted, shared);
@@ -146,26 +225,63 @@ __global__ void mean_kernel(const double *row_loss, tg_cuda_view targets, int32_
 
 // dlogits = dloss[0]/count · (softmax(row) − one_hot(target)), 0 on ignored rows.
 template <typename Acc>
-__global__ void ce_bwd_kernel(tg_cuda_view logits, tg_cuda_view targets, int32_t ignore_index, int64_t rows,
-                              const double *count, tg_cuda_view dloss, tg_cuda_view dlogits)
+__device__ inline void write_row_gradient(const tg_cuda_view &logits, int64_t start, const tg_cuda_view &dlogits,
+                                          int64_t dstart, int64_t n, int32_t t, row_lse<Acc> lse, Acc scale,
+                                          int64_t first, int64_t stride)
+{
+    const int64_t step = row_step(logits), dstep = row_step(dlogits);
+    for (int64_t j = first; j < n; j += stride) {
+        Acc p = tg_exp((row_load<Acc>(logits, start + j * step) - lse.max) - lse.log_sum);
+        row_store(dlogits, dstart + j * dstep, scale * (p - (j == t ? (Acc)1 : (Acc)0)));
+    }
+}
+
+template <typename Acc> __device__ inline Acc gradient_scale(const double *count, const tg_cuda_view &dloss)
+{
+    const double n_valid = *count;
+    return n_valid > 0 ? (Acc)(tg_load_any(dloss, 0) / n_valid) : (Acc)0;
+}
+
+template <typename Acc>
+__global__ void ce_bwd_groups_kernel(tg_cuda_view logits, tg_cuda_view targets, int32_t ignore_index, int64_t rows,
+                                     int lanes, const double *count, tg_cuda_view dloss, tg_cuda_view dlogits)
+{
+    const int lane = threadIdx.x % lanes, groups = blockDim.x / lanes;
+    const int64_t n = logits.shape[logits.ndim - 1];
+    const Acc scale = gradient_scale<Acc>(count, dloss);
+    for (int64_t first = (int64_t)blockIdx.x * groups; first < rows; first += (int64_t)gridDim.x * groups) {
+        const int64_t row = first + threadIdx.x / lanes;
+        const int32_t t = row < rows ? row_target(targets, row) : ignore_index;
+        const bool counted = row < rows && t != ignore_index;
+        const int64_t start = counted ? row_start(logits, row) : 0;
+        const row_lse<Acc> lse = group_logsumexp<Acc>(logits, start, counted ? n : 0, lane, lanes);
+        if (row >= rows) continue;
+        const int64_t dstart = row_start(dlogits, row);
+        if (counted)
+            write_row_gradient<Acc>(logits, start, dlogits, dstart, n, t, lse, scale, lane, lanes);
+        else
+            for (int64_t j = lane; j < n; j += lanes) row_store(dlogits, dstart + j * row_step(dlogits), (Acc)0);
+    }
+}
+
+template <typename Acc>
+__global__ void ce_bwd_rows_kernel(tg_cuda_view logits, tg_cuda_view targets, int32_t ignore_index, int64_t rows,
+                                   const double *count, tg_cuda_view dloss, tg_cuda_view dlogits)
 {
     __shared__ Acc shared[33];
-    int64_t n = logits.shape[logits.ndim - 1], step = row_step(logits), dstep = row_step(dlogits);
-    const double n_valid = *count;
-    Acc scale = n_valid > 0 ? (Acc)(tg_load_any(dloss, 0) / n_valid) : (Acc)0;
+    const int64_t n = logits.shape[logits.ndim - 1];
+    const Acc scale = gradient_scale<Acc>(count, dloss);
     for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-        int32_t t = row_target(targets, row);
-        int64_t dstart = row_start(dlogits, row);
+        const int32_t t = row_target(targets, row);
+        const int64_t dstart = row_start(dlogits, row);
         if (t == ignore_index) {
-            for (int64_t j = threadIdx.x; j < n; j += blockDim.x) row_store(dlogits, dstart + j * dstep, (Acc)0);
+            for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+                row_store(dlogits, dstart + j * row_step(dlogits), (Acc)0);
             continue;
         }
-        int64_t start = row_start(logits, row);
-        row_lse<Acc> lse = row_logsumexp<Acc>(logits, start, n, shared);
-        for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-            Acc p = tg_exp((row_load<Acc>(logits, start + j * step) - lse.max) - lse.log_sum);
-            row_store(dlogits, dstart + j * dstep, scale * (p - (j == t ? (Acc)1 : (Acc)0)));
-        }
+        const int64_t start = row_start(logits, row);
+        const row_lse<Acc> lse = row_logsumexp<Acc>(logits, start, n, shared);
+        write_row_gradient<Acc>(logits, start, dlogits, dstart, n, t, lse, scale, threadIdx.x, blockDim.x);
     }
 }
 
@@ -173,6 +289,27 @@ static int64_t row_count(const tg_tensor *logits)
 {
     int64_t n = logits->shape[logits->ndim - 1];
     return n > 0 ? tg_numel(logits) / n : 0;
+}
+
+static int64_t class_count(const tg_tensor *logits) { return logits->shape[logits->ndim - 1]; }
+
+// The forward's blocks: lane groups for short rows, a block per row otherwise.
+static unsigned forward_blocks(const tg_tensor *logits, int64_t rows)
+{
+    const int64_t n = class_count(logits);
+    return n <= kGroupClasses ? group_blocks(rows, group_lanes(n)) : row_blocks(rows);
+}
+
+template <typename Acc>
+static void launch_forward(const tg_tensor *logits, const tg_tensor *targets, int32_t ignore_index, int64_t rows,
+                           unsigned blocks, double *partials)
+{
+    const int64_t n = class_count(logits);
+    const tg_cuda_view lv = tg_view_of(logits), tv = tg_view_of(targets);
+    if (n <= kGroupClasses)
+        ce_fwd_groups_kernel<Acc><<<blocks, kGroupThreads>>>(lv, tv, ignore_index, rows, group_lanes(n), partials);
+    else
+        ce_fwd_rows_kernel<Acc><<<blocks, row_threads(n)>>>(lv, tv, ignore_index, rows, partials);
 }
 
 extern "C" tg_status tg_cuda_cross_entropy_fwd(const tg_tensor *logits, const tg_tensor *targets, int32_t ignore_index,
@@ -183,25 +320,39 @@ extern "C" tg_status tg_cuda_cross_entropy_fwd(const tg_tensor *logits, const tg
         tg_status status = tg_cuda_fill(loss, 0.0);
         return status == TG_OK ? tg_cuda_fill(count, 0.0) : status;
     }
-    int64_t bytes;
-    if (tg_mul_overflows(rows, (int64_t)sizeof(double), &bytes))
-        return tg_set_error(TG_ERR_OVERFLOW, "tg_cross_entropy: %lld row losses are too many", (long long)rows);
-    double *row_loss = NULL;
-    tg_status status = tg_device_alloc(TG_DEVICE_CUDA, (size_t)bytes, (void **)&row_loss);
+    const unsigned blocks = forward_blocks(logits, rows);
+    const size_t bytes = sizeof(double) * 2 * blocks; // at most 2^21 rows' worth: no overflow
+    double *partials = NULL;
+    tg_status status = tg_device_alloc(TG_DEVICE_CUDA, bytes, (void **)&partials);
     if (status != TG_OK) return status;
-    unsigned threads = row_threads(logits->shape[logits->ndim - 1]), blocks = row_blocks(rows);
-    tg_cuda_view lv = tg_view_of(logits), tv = tg_view_of(targets);
     if (logits->dtype == TG_F64)
-        ce_fwd_kernel<double><<<blocks, threads>>>(lv, tv, ignore_index, rows, row_loss);
+        launch_forward<double>(logits, targets, ignore_index, rows, blocks, partials);
     else
-        ce_fwd_kernel<float><<<blocks, threads>>>(lv, tv, ignore_index, rows, row_loss);
+        launch_forward<float>(logits, targets, ignore_index, rows, blocks, partials);
     status = tg_cuda_check_launch("tg_cross_entropy");
     if (status == TG_OK) {
-        mean_kernel<<<1, 1024>>>(row_loss, tv, ignore_index, rows, tg_view_of(loss), (double *)tg_bytes(count));
+        ce_mean_kernel<<<1, 1024>>>(partials, blocks, tg_view_of(loss), (double *)tg_bytes(count));
         status = tg_cuda_check_launch("tg_cross_entropy");
     }
-    tg_device_free(TG_DEVICE_CUDA, row_loss, (size_t)bytes); // queued work finishes first: one stream
+    tg_device_free(TG_DEVICE_CUDA, partials, bytes); // queued work finishes first: one stream
     return status;
+}
+
+template <typename Acc>
+static void launch_backward(const tg_tensor *logits, const tg_tensor *targets, int32_t ignore_index, int64_t rows,
+                            const tg_tensor *count, const tg_tensor *dloss, tg_tensor *dlogits)
+{
+    const int64_t n = class_count(logits);
+    const tg_cuda_view lv = tg_view_of(logits), tv = tg_view_of(targets), gv = tg_view_of(dloss),
+                       dv = tg_view_of(dlogits);
+    const double *cv = (const double *)tg_bytes(count);
+    if (n <= kGroupClasses) {
+        const int lanes = group_lanes(n);
+        ce_bwd_groups_kernel<Acc>
+            <<<group_blocks(rows, lanes), kGroupThreads>>>(lv, tv, ignore_index, rows, lanes, cv, gv, dv);
+    } else {
+        ce_bwd_rows_kernel<Acc><<<row_blocks(rows), row_threads(n)>>>(lv, tv, ignore_index, rows, cv, gv, dv);
+    }
 }
 
 extern "C" tg_status tg_cuda_cross_entropy_bwd(const tg_tensor *logits, const tg_tensor *targets, int32_t ignore_index,
@@ -209,13 +360,10 @@ extern "C" tg_status tg_cuda_cross_entropy_bwd(const tg_tensor *logits, const tg
 {
     int64_t rows = row_count(logits);
     if (rows == 0) return TG_OK;
-    unsigned threads = row_threads(logits->shape[logits->ndim - 1]), blocks = row_blocks(rows);
-    tg_cuda_view lv = tg_view_of(logits), tv = tg_view_of(targets), gv = tg_view_of(dloss), dv = tg_view_of(dlogits);
-    const double *cv = (const double *)tg_bytes(count);
     if (logits->dtype == TG_F64)
-        ce_bwd_kernel<double><<<blocks, threads>>>(lv, tv, ignore_index, rows, cv, gv, dv);
+        launch_backward<double>(logits, targets, ignore_index, rows, count, dloss, dlogits);
     else
-        ce_bwd_kernel<float><<<blocks, threads>>>(lv, tv, ignore_index, rows, cv, gv, dv);
+        launch_backward<float>(logits, targets, ignore_index, rows, count, dloss, dlogits);
     return tg_cuda_check_launch("tg_cross_entropy backward");
 }
 
