@@ -21,6 +21,17 @@ static tg_status copy_batch(const void *task, tg_rng *rng, int64_t n, int64_t le
     return tg_task_selective_copy_batch(task, rng, n, len, inputs, targets);
 }
 
+/* The result beside the Mamba paper's (its Table 1: a 2-layer Mamba of S6 layers copies 16 tokens
+ * from among 4096 noise tokens to 99.8%), in the same layout: one row per model. */
+static void print_table(const train_session *s, int64_t noise, int64_t n_copy, double accuracy)
+{
+    printf("\nSelective Copying: copied tokens right (%%) on held-out sequences, beside the Mamba paper's\n\n"
+           "| Model | Params | Noise tokens | Tokens copied | Accuracy |\n|---|---|---|---|---|\n");
+    printf("| Mamba (this run) | %.1fK | %lld | %lld | %.2f |\n", (double)tg_params_numel(s->params) / 1e3,
+           (long long)noise, (long long)n_copy, 100 * accuracy);
+    printf("| Mamba (paper, S6 layers) | - | 4096 | 16 | 99.8 |\n");
+}
+
 int main(int argc, char **argv)
 {
     /* The demo: copy 4 tokens of 14 symbols out of sequences of 32 (the paper's vocabulary,
@@ -66,8 +77,10 @@ int main(int argc, char **argv)
         }
         if (train_end_step(s) != TG_OK) return train_fail(s);
     }
-    if (!isnan(eval[1]))
+    if (!isnan(eval[1])) {
         printf("held-out accuracy %.2f%% (%lld sequences, %lld tokens to copy each)\n", 100 * eval[1],
                (long long)eval_rows, (long long)n_copy);
+        print_table(s, options.seq_len - 2 * n_copy, n_copy, eval[1]);
+    }
     return train_close(s);
 }

@@ -371,8 +371,9 @@ static double percent_after(const char *out, const char *label)
 /* Selective Copying at the README demo's size (4 data tokens among 24 of noise), trained a
  * little longer than the demo: 95% of held-out tokens copied, whatever the seed (9 seeds
  * reached 99.95-100% in 2500 steps, 30-40 s on two cores; at the demo's 1500 steps one seed
- * of 11 stopped at 92%). A regression in training quality fails here. Not in the sanitizer
- * build, where it would take many minutes. */
+ * of 11 stopped at 92%), and the same figure in the table beside the paper's. A regression
+ * in training quality fails here. Not in the sanitizer build, where it would take many
+ * minutes. */
 Test(examples, selective_copying_is_learned_at_cpu_size, .timeout = 300)
 {
 #ifdef TG_SANITIZED
@@ -383,6 +384,10 @@ Test(examples, selective_copying_is_learned_at_cpu_size, .timeout = 300)
     cr_assert_eq(r.code, 0, "stderr:\n%s", r.err);
     const double accuracy = percent_after(r.out, "held-out accuracy");
     cr_assert_geq(accuracy, 95.0, "held-out accuracy %.2f%% (seed %s)\n%s", accuracy, seed_text(), r.out);
+    char row[96]; /* the same result in the table beside the paper's */
+    snprintf(row, sizeof row, "| 24 | 4 | %.2f |", accuracy);
+    cr_assert(strstr(r.out, "| Mamba (this run) |") && strstr(r.out, row) && strstr(r.out, "| 4096 | 16 | 99.8 |"),
+              "no table row ending %s beside the paper's:\n%s", row, r.out);
     run_free(&r);
 }
 
