@@ -151,6 +151,30 @@ __device__ inline row_lse<Acc> group_logsumexp(const tg_cuda_view &x, int64_t st
     return finite ? row_lse<Acc>{max, tg_log(sum)} : row_lse<Acc>{max, (Acc)0};
 }
 
+// A group's row in a round that starts at row `first`: its target, whether it is scored (it
+// exists and is not ignored), where it starts and its log-sum-exp. Every lane of the block
+// calls it, rows or not, so that the group's shuffles never diverge.
+template <typename Acc> struct group_row {
+    int64_t row, start;
+    int32_t t;
+    bool counted;
+    row_lse<Acc> lse;
+};
+
+template <typename Acc>
+__device__ inline group_row<Acc> group_row_at(const tg_cuda_view &logits, const tg_cuda_view &targets,
+                                              int32_t ignore_index, int64_t rows, int64_t first, int lane, int lanes)
+{
+    group_row<Acc> r;
+    r.row = first + threadIdx.x / lanes;
+    r.t = r.row < rows ? row_target(targets, r.row) : ignore_index;
+    r.counted = r.row < rows && r.t != ignore_index;
+    r.start = r.counted ? row_start(logits, r.row) : 0;
+    const int64_t n = logits.shape[logits.ndim - 1];
+    r.lse = group_logsumexp<Acc>(logits, r.start, r.counted ? n : 0, lane, lanes);
+    return r;
+}
+
 // The loss of a row whose target t is not ignored: lse − row[t] (NaN rather than a stray read
 // if t is not a class: the check has run).
 template <typename Acc>
@@ -171,13 +195,9 @@ __global__ void ce_fwd_groups_kernel(tg_cuda_view logits, tg_cuda_view targets, 
     const int64_t n = logits.shape[logits.ndim - 1];
     double loss = 0, scored = 0;
     for (int64_t first = (int64_t)blockIdx.x * groups; first < rows; first += (int64_t)gridDim.x * groups) {
-        const int64_t row = first + threadIdx.x / lanes;
-        const int32_t t = row < rows ? row_target(targets, row) : ignore_index;
-        const bool counted = row < rows && t != ignore_index;
-        const int64_t start = counted ? row_start(logits, row) : 0;
-        const row_lse<Acc> lse = group_logsumexp<Acc>(logits, start, counted ? n : 0, lane, lanes);
-        if (counted && lane == 0) {
-            loss += row_loss(logits, start, n, t, lse);
+        const group_row<Acc> r = group_row_at<Acc>(logits, targets, ignore_index, rows, first, lane, lanes);
+        if (r.counted && lane == 0) {
+            loss += row_loss(logits, r.start, n, r.t, r.lse);
             scored += 1;
         }
     }
@@ -250,15 +270,11 @@ __global__ void ce_bwd_groups_kernel(tg_cuda_view logits, tg_cuda_view targets, 
     const int64_t n = logits.shape[logits.ndim - 1];
     const Acc scale = gradient_scale<Acc>(count, dloss);
     for (int64_t first = (int64_t)blockIdx.x * groups; first < rows; first += (int64_t)gridDim.x * groups) {
-        const int64_t row = first + threadIdx.x / lanes;
-        const int32_t t = row < rows ? row_target(targets, row) : ignore_index;
-        const bool counted = row < rows && t != ignore_index;
-        const int64_t start = counted ? row_start(logits, row) : 0;
-        const row_lse<Acc> lse = group_logsumexp<Acc>(logits, start, counted ? n : 0, lane, lanes);
-        if (row >= rows) continue;
-        const int64_t dstart = row_start(dlogits, row);
-        if (counted)
-            write_row_gradient<Acc>(logits, start, dlogits, dstart, n, t, lse, scale, lane, lanes);
+        const group_row<Acc> r = group_row_at<Acc>(logits, targets, ignore_index, rows, first, lane, lanes);
+        if (r.row >= rows) continue;
+        const int64_t dstart = row_start(dlogits, r.row);
+        if (r.counted)
+            write_row_gradient<Acc>(logits, r.start, dlogits, dstart, n, r.t, r.lse, scale, lane, lanes);
         else
             for (int64_t j = lane; j < n; j += lanes) row_store(dlogits, dstart + j * row_step(dlogits), (Acc)0);
     }
