@@ -1,8 +1,8 @@
 /* Reductions on CUDA against the CPU kernels: tg_sum and tg_mean over every axis (keepdim
- * or not, contiguous or strided), tg_sum_all and tg_mean_all, in f32, bf16 and f64, on
- * shapes that take each way the kernels split the work (a warp or a thread per sum, one
- * pass or chunked partial sums), empty sizes, and bitwise-equal repeated runs. Skipped
- * without a usable GPU. */
+ * or not, contiguous or strided), tg_sum_all and tg_mean_all, in f32, bf16 and f64 (and f16
+ * for column sums), on shapes that take each way the kernels split the work (a warp, a thread
+ * or a thread per group of columns per sum, one pass or chunked partial sums), empty sizes,
+ * and bitwise-equal repeated runs. Skipped without a usable GPU. */
 #include "cuda_util.h"
 
 #include <stdio.h>
@@ -139,6 +139,51 @@ Test(cuda_reduce, middle_axis_of_a_3d_tensor)
         check_reduce(1, x, 1, strided, strided ? "tg_mean middle axis strided" : "tg_mean middle axis");
     }
     tg_tape_free(cpu);
+}
+
+/* A CUDA view of x's values with rows row_stride elements apart, starting `offset` elements
+ * into a fresh buffer. */
+static tg_tensor *padded_twin(tg_tape *gpu, tg_tensor *x, int64_t row_stride, int64_t offset)
+{
+    int64_t span = offset + x->shape[0] * row_stride;
+    tg_tensor *buffer = tg_zeros(gpu, x->dtype, TG_DEVICE_CUDA, 1, &span);
+    cr_assert(buffer, "%s", tg_last_error());
+    tg_tensor *twin = tg_view(gpu, buffer, 2, x->shape, (int64_t[]){row_stride, 1}, offset);
+    cr_assert(twin && tg_copy(twin, x) == TG_OK, "%s", tg_last_error());
+    return twin;
+}
+
+/* Sums down the columns take a group of adjacent columns per thread when every row starts on
+ * a 16-byte boundary (the batch sums of weight gradients): with rows whose length is no
+ * multiple of a group (a short last group), and with more rows than one pass takes (chunks),
+ * they agree with the CPU and give the same bits as the same values one element off that
+ * boundary, which take a thread per column and add in the same order. */
+Test(cuda_reduce, column_groups_match_cpu_and_the_thread_per_column_bits)
+{
+    tt_require_cuda();
+    const tg_dtype dtypes[4] = {TG_F32, TG_BF16, TG_F16, TG_F64};
+    for (int d = 0; d < 4; d++)
+        for (int c = 0; c < 3; c++) {
+            tg_tape *cpu = tg_tape_create(), *gpu = tg_tape_create();
+            int64_t rows = c == 2 ? tt_randint(600, 900) : tt_randint(2, 40);
+            int64_t cols = c == 0 ? 8 * tt_randint(1, 300) : tt_randint(1, 2000);
+            int64_t row_stride = 8 * ((cols + 7) / 8 + tt_randint(0, 2)); /* 16-byte rows for every dtype */
+            tg_tensor *x = tt_leaf(cpu, dtypes[d], 2, (int64_t[]){rows, cols});
+            tg_tensor *on_boundary = padded_twin(gpu, x, row_stride, 0), *off = padded_twin(gpu, x, row_stride, 1);
+            tg_tensor *y = tg_sum(cpu, x, 0, false), *y_groups = tg_sum(gpu, on_boundary, 0, false);
+            tg_tensor *y_threads = tg_sum(gpu, off, 0, false);
+            cr_assert(y && y_groups && y_threads, "%s", tg_last_error());
+            char what[128];
+            snprintf(what, sizeof what, "tg_sum %s %lldx%lld (rows %lld apart) axis 0", tg_dtype_name(dtypes[d]),
+                     (long long)rows, (long long)cols, (long long)row_stride);
+            cu_assert_within(gpu, what, y_groups, y, tolerance_of(dtypes[d]));
+            tg_tensor *groups_host = cu_host(cpu, y_groups), *threads_host = cu_host(cpu, y_threads);
+            cr_assert(memcmp(tg_data(groups_host), tg_data(threads_host), (size_t)cols * tg_dtype_size(dtypes[d])) == 0,
+                      "%s: column groups and a thread per column differ (seed %llu)", what,
+                      (unsigned long long)tt_seed());
+            tg_tape_free(gpu);
+            tg_tape_free(cpu);
+        }
 }
 
 /* ---- determinism -------------------------------------------------------------------------------- */

@@ -6,7 +6,10 @@
 // long for one worker is cut into chunks of equal length; each chunk's partial sum goes
 // to scratch and a second pass adds an output's partials in a fixed tree. One worker is
 // a warp when the reduced elements sit next to each other in memory (the lanes read
-// them together), else a thread (neighbouring threads read neighbouring outputs).
+// them together), else a thread (neighbouring threads read neighbouring outputs): when
+// the outputs are contiguous and their rows 16-byte aligned (the batch sums of per-batch
+// weight gradients, a bias's sum over rows), a thread takes as many adjacent outputs as
+// one 16-byte load per row holds.
 #include "kernels/reduce.h"
 #include "kernels/cuda/strided.cuh"
 
@@ -85,6 +88,45 @@ __global__ void sum_by_warp(sum_plan p, double scale, double *partial, char *out
     }
 }
 
+// Sums down the columns of a matrix of contiguous rows (an outer axis summed over inner
+// ones that lie side by side): a thread takes a group of adjacent outputs that one 16-byte
+// load per row reaches, and adds the rows in order, so each output gets the same sum as in
+// sum_by_thread. The last group may be short; it loads element by element.
+template <typename T> __device__ inline double as_double(T v) { return (double)v; }
+template <> __device__ inline double as_double(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <> __device__ inline double as_double(__half v) { return __half2float(v); }
+
+template <typename T>
+__global__ void sum_columns_by_group(sum_plan p, double scale, double *partial, char *out, int out_dtype)
+{
+    constexpr int GROUP = 16 / sizeof(T);
+    const T *x = (const T *)p.kept.data[0];
+    const int64_t row_stride = p.reduced.strides[0][0], groups = (p.n_out + GROUP - 1) / GROUP;
+    for (int64_t u = tg_global_index(); u < groups * p.chunks; u += tg_global_stride()) {
+        int64_t chunk = u / groups, first = (u - chunk * groups) * GROUP, begin = chunk * p.chunk_length;
+        int64_t end = begin + p.chunk_length < p.count ? begin + p.chunk_length : p.count;
+        int width = p.n_out - first < GROUP ? (int)(p.n_out - first) : GROUP;
+        double sum[GROUP] = {};
+        if (width == GROUP) {
+#pragma unroll 8
+            for (int64_t r = begin; r < end; r++) {
+                uint4 raw = __ldg((const uint4 *)(x + r * row_stride + first));
+                const T *v = (const T *)&raw;
+#pragma unroll
+                for (int i = 0; i < GROUP; i++) sum[i] += as_double(v[i]);
+            }
+        } else {
+            for (int64_t r = begin; r < end; r++)
+#pragma unroll
+                for (int i = 0; i < GROUP; i++)
+                    if (i < width) sum[i] += as_double(x[r * row_stride + first + i]);
+        }
+#pragma unroll
+        for (int i = 0; i < GROUP; i++)
+            if (i < width) emit(p, chunk * p.n_out + first + i, sum[i], scale, partial, out, out_dtype);
+    }
+}
+
 // Second pass: out[o] = scale · Σ_chunk partial[chunk · n_out + o], one warp per output.
 __global__ void sum_partials(const double *partial, int64_t n_out, int64_t chunks, double scale, char *out,
                              int out_dtype)
@@ -150,6 +192,30 @@ static void choose_chunks(sum_plan &p, int64_t target, int64_t min_length)
     p.chunks = p.count > 0 ? ceil_div(p.count, p.chunk_length) : 1; // no empty chunk
 }
 
+// Launches sum_columns_by_group when x's kept elements are one contiguous run per
+// reduced index and every row starts on a 16-byte boundary; false when they are not.
+static bool launch_columns_by_group(const sum_plan &p, tg_dtype dtype, double scale, double *partial, tg_tensor *out)
+{
+    size_t size = tg_dtype_size(dtype);
+    int64_t row_stride = p.reduced.strides[0][0];
+    bool fits = p.kept.ndim == 1 && p.kept.strides[0][0] == 1 && p.reduced.ndim == 1 && row_stride > 0 &&
+                (row_stride * (int64_t)size) % 16 == 0 && (uintptr_t)p.kept.data[0] % 16 == 0;
+    if (!fits) return false;
+    int64_t groups = (p.n_out + (int64_t)(16 / size) - 1) / (int64_t)(16 / size), units = groups * p.chunks;
+    char *o = tg_bytes(out);
+    int od = (int)out->dtype;
+    switch (dtype) {
+    case TG_F32: sum_columns_by_group<float><<<tg_blocks_for(units), TG_THREADS>>>(p, scale, partial, o, od); break;
+    case TG_F64: sum_columns_by_group<double><<<tg_blocks_for(units), TG_THREADS>>>(p, scale, partial, o, od); break;
+    case TG_BF16:
+        sum_columns_by_group<__nv_bfloat16><<<tg_blocks_for(units), TG_THREADS>>>(p, scale, partial, o, od);
+        break;
+    case TG_F16: sum_columns_by_group<__half><<<tg_blocks_for(units), TG_THREADS>>>(p, scale, partial, o, od); break;
+    default: return false;
+    }
+    return true;
+}
+
 extern "C" tg_status tg_cuda_sum_axis(const tg_tensor *x, int axis, double scale, tg_tensor *out)
 {
     sum_plan p = plan_sum(x, axis);
@@ -172,7 +238,7 @@ extern "C" tg_status tg_cuda_sum_axis(const tg_tensor *x, int axis, double scale
     int64_t units = p.n_out * p.chunks;
     if (by_warp)
         sum_by_warp<<<tg_blocks_for(units * WARP), TG_THREADS>>>(p, scale, partial, tg_bytes(out), (int)out->dtype);
-    else
+    else if (!launch_columns_by_group(p, x->dtype, scale, partial, out))
         sum_by_thread<<<tg_blocks_for(units), TG_THREADS>>>(p, scale, partial, tg_bytes(out), (int)out->dtype);
     tg_status status = tg_cuda_check_launch(op);
     if (status == TG_OK && partial) {
