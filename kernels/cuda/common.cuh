@@ -138,6 +138,11 @@ __device__ inline double tg_sqrt(double x) { return sqrt(x); }
 __device__ inline float tg_to_float(float x) { return x; }
 __device__ inline float tg_to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 __device__ inline float tg_to_float(__half x) { return __half2float(x); }
+// The same into double, for sums accumulated in double whatever the storage type.
+__device__ inline double tg_to_double(float x) { return x; }
+__device__ inline double tg_to_double(double x) { return x; }
+__device__ inline double tg_to_double(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ inline double tg_to_double(__half x) { return __half2float(x); }
 template <typename T> __device__ inline T tg_from_float(float x);
 template <> __device__ inline float tg_from_float<float>(float x) { return x; }
 template <> __device__ inline __nv_bfloat16 tg_from_float<__nv_bfloat16>(float x) { return __float2bfloat16(x); }

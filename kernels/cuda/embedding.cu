@@ -204,12 +204,28 @@ struct grad_runs {
     int64_t dtable_row_step, dtable_step;
 };
 
+// Sum of dy[rows[j] + at] for j in [begin, end), in order, starting from +0. Typed and
+// unrolled, so that the loads of several rows are in flight at once (the adds stay in order).
+template <typename T>
+__device__ inline double sum_rows_of(const T *dy, const int64_t *rows, int64_t begin, int64_t end, int64_t at)
+{
+    double sum = 0.0;
+#pragma unroll 8
+    for (int64_t j = begin; j < end; j++) sum += tg_to_double(dy[rows[j] + at]);
+    return sum;
+}
+
 // Sum of dy[rows[j], d] for j in [begin, end), in order, starting from +0.
 __device__ inline double sum_rows(const grad_runs &g, int64_t begin, int64_t end, int64_t d)
 {
-    double sum = 0.0;
-    for (int64_t j = begin; j < end; j++) sum += tg_load_raw(g.dy, g.dy_dtype, g.rows[j] + d * g.dy_step);
-    return sum;
+    const int64_t at = d * g.dy_step;
+    switch (g.dy_dtype) {
+    case TG_F32: return sum_rows_of((const float *)g.dy, g.rows, begin, end, at);
+    case TG_F64: return sum_rows_of((const double *)g.dy, g.rows, begin, end, at);
+    case TG_BF16: return sum_rows_of((const __nv_bfloat16 *)g.dy, g.rows, begin, end, at);
+    case TG_F16: return sum_rows_of((const __half *)g.dy, g.rows, begin, end, at);
+    default: return (double)NAN; // dy is a float tensor: the op checked it
+    }
 }
 
 __device__ inline void store_row_value(const grad_runs &g, int64_t id, int64_t d, double total)
@@ -269,7 +285,9 @@ __global__ void sum_long_runs(grad_runs g)
         int64_t v = e / g.dim, d = e - v * g.dim, chunks = g.long_chunks[v];
         if (chunks == 0) continue;
         double total = 0.0;
-        for (int64_t k = 0; k < chunks; k++) total += g.chunk_sums[(g.chunk_first[v] + k) * g.dim + d];
+        const double *sums = g.chunk_sums + g.chunk_first[v] * g.dim + d;
+#pragma unroll 8
+        for (int64_t k = 0; k < chunks; k++) total += sums[k * g.dim];
         store_row_value(g, v, d, total);
     }
 }

@@ -92,10 +92,6 @@ __global__ void sum_by_warp(sum_plan p, double scale, double *partial, char *out
 // ones that lie side by side): a thread takes a group of adjacent outputs that one 16-byte
 // load per row reaches, and adds the rows in order, so each output gets the same sum as in
 // sum_by_thread. The last group may be short; it loads element by element.
-template <typename T> __device__ inline double as_double(T v) { return (double)v; }
-template <> __device__ inline double as_double(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <> __device__ inline double as_double(__half v) { return __half2float(v); }
-
 template <typename T>
 __global__ void sum_columns_by_group(sum_plan p, double scale, double *partial, char *out, int out_dtype)
 {
@@ -113,13 +109,13 @@ __global__ void sum_columns_by_group(sum_plan p, double scale, double *partial, 
                 uint4 raw = __ldg((const uint4 *)(x + r * row_stride + first));
                 const T *v = (const T *)&raw;
 #pragma unroll
-                for (int i = 0; i < GROUP; i++) sum[i] += as_double(v[i]);
+                for (int i = 0; i < GROUP; i++) sum[i] += tg_to_double(v[i]);
             }
         } else {
             for (int64_t r = begin; r < end; r++)
 #pragma unroll
                 for (int i = 0; i < GROUP; i++)
-                    if (i < width) sum[i] += as_double(x[r * row_stride + first + i]);
+                    if (i < width) sum[i] += tg_to_double(x[r * row_stride + first + i]);
         }
 #pragma unroll
         for (int i = 0; i < GROUP; i++)
