@@ -97,7 +97,12 @@ static run_result run(const char *program, ...)
     }
     int status;
     cr_assert_eq(waitpid(child, &status, 0), child);
-    cr_assert(WIFEXITED(status), "%s died (signal %d)", program, WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    if (!WIFEXITED(status)) { /* what it printed before it died is all there is to go on */
+        char *printed = slurp(out), *errors = slurp(err);
+        size_t n = strlen(printed);
+        cr_assert_fail("%s died (signal %d)\nthe end of its stdout:\n%s\nits stderr:\n%s", program,
+                       WIFSIGNALED(status) ? WTERMSIG(status) : 0, printed + (n > 2000 ? n - 2000 : 0), errors);
+    }
     return (run_result){.code = WEXITSTATUS(status), .out = slurp(out), .err = slurp(err)};
 }
 
