@@ -8,7 +8,7 @@
 # pkg-config, the compiler and the loader at it. Steps, in order; each runs even when an
 # earlier one failed (a step whose program was not built is "skipped"):
 #   nvidia-smi               the card and its clocks as found (nothing is changed)
-#   configure, build         Release, CUDA on, sm_90, in ./build
+#   configure, build         Release, CUDA on, sm_90, tests and examples on, in ./build
 #   ctest                    the whole suite, -j8, except install_pkgconfig (CTEST_EXCLUDE, a ctest
 #                            -E regex; set it empty to run everything): with a private prefix
 #                            announced through PKG_CONFIG_SYSROOT_DIR, pkg-config also prefixes the
@@ -210,8 +210,11 @@ if [ -n "${PEER_SDIST:-}" ] && [ "$peers" = 1 ]; then # in the background, while
 fi
 run_step nvidia-smi 30 bash -c 'nvidia-smi && nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu,power.draw --format=csv'
 # Everything after needs the build, so it keeps no reserve.
+# Tests and examples named on: a build directory configured earlier without them would
+# otherwise keep them out, and ctest and the sanitizers would find nothing to run.
 run_step configure "$(limit_for 120 0)" \
-    cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DTG_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
+    cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DTG_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DTG_BUILD_TESTS=ON -DTG_BUILD_EXAMPLES=ON
 # shellcheck disable=SC2086 # BUILD_TARGETS: a space-separated list of targets (default: all)
 run_step build "$(limit_for 360 0)" cmake --build build -j16 ${BUILD_TARGETS:+--target $BUILD_TARGETS}
 reserve=$((BENCH_RESERVE + PEERS_RESERVE))
