@@ -6,7 +6,7 @@
  * results never depend on the number of threads. Starting a thread costs tens of
  * microseconds, waking a waiting one a few: at the small sizes, where a step makes hundreds
  * of these calls, the pool is what keeps the threads worth having. */
-#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#define _GNU_SOURCE /* clock_gettime; sched_getaffinity and CPU_COUNT on Linux */
 #include "internal.h"
 
 #include <pthread.h>
@@ -14,18 +14,33 @@
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sched.h>
+#endif
 
 enum { MAX_THREADS = 64 };
 
 static int requested_threads; /* 0: the default */
 
+/* The CPUs this process may run on: its affinity mask where the system has one (taskset, a
+ * container's cpuset), so that a program given 2 of 64 cores starts 2 threads, not 64 that
+ * would take turns on them; else the online CPUs. */
+static long usable_cpus(void)
+{
+#ifdef __linux__
+    cpu_set_t allowed;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) == 0 && CPU_COUNT(&allowed) > 0) return CPU_COUNT(&allowed);
+#endif
+    return sysconf(_SC_NPROCESSORS_ONLN);
+}
+
 static int default_threads(void)
 {
-    static long online; /* asked once: sysconf reads a file each time */
-    if (!online) online = sysconf(_SC_NPROCESSORS_ONLN);
+    static long usable; /* asked once: kernels ask for the count at every call */
+    if (!usable) usable = usable_cpus();
     const char *env = getenv("TG_NUM_THREADS");
     long n = env ? strtol(env, NULL, 10) : 0;
-    if (n < 1) n = online;
+    if (n < 1) n = usable;
     return n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : (int)n;
 }
 

@@ -1,8 +1,15 @@
 /* Tensors: creation, dtypes and bf16 conversion, strides and views, host copies, size
- * overflow, the errors of the creation functions, and the host memory count under threads. */
+ * overflow, the errors of the creation functions, the host memory count under threads, and
+ * the default CPU thread count. */
+#define _GNU_SOURCE /* sched_setaffinity, CPU_SET */
 #include "test_util.h"
 
 #include <pthread.h>
+#ifdef __linux__
+#include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#endif
 
 #include "core/internal.h"
 
@@ -250,4 +257,40 @@ Test(tensor, host_memory_count_holds_under_threads)
     int64_t largest = 0;
     for (int i = 0; i < THREADS; i++) largest = elements[i] > largest ? elements[i] : largest;
     cr_assert_geq(after.peak_bytes_in_use, before.bytes_in_use + (size_t)largest * 4);
+}
+
+#ifdef __linux__
+/* tg_num_threads() in a child process allowed only `cpus` of the CPUs this one may use,
+ * without TG_NUM_THREADS: the library counts the CPUs once, so the count must come from a
+ * process that has not asked yet. */
+static int default_threads_on(int cpus)
+{
+    cpu_set_t allowed, fewer;
+    cr_assert_eq(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+    CPU_ZERO(&fewer);
+    for (int c = 0, taken = 0; c < CPU_SETSIZE && taken < cpus; c++)
+        if (CPU_ISSET(c, &allowed)) CPU_SET(c, &fewer), taken++;
+    pid_t child = fork();
+    cr_assert_geq(child, 0, "fork failed");
+    if (child == 0) {
+        unsetenv("TG_NUM_THREADS");
+        _exit(sched_setaffinity(0, sizeof fewer, &fewer) == 0 ? tg_num_threads() : 255);
+    }
+    int status;
+    cr_assert_eq(waitpid(child, &status, 0), child);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) != 255, "the child could not set its CPUs");
+    return WEXITSTATUS(status);
+}
+#endif
+
+Test(tensor, the_default_thread_count_is_the_cpus_the_process_may_run_on)
+{
+#ifdef __linux__
+    cpu_set_t allowed;
+    cr_assert_eq(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+    cr_assert_eq(default_threads_on(1), 1, "one CPU allowed");
+    if (CPU_COUNT(&allowed) >= 2) cr_assert_eq(default_threads_on(2), 2, "two CPUs allowed");
+#else
+    cr_skip_test("CPU affinity: Linux only");
+#endif
 }
