@@ -61,24 +61,9 @@ tg_device tg_device_resolve(tg_device device)
     return cuda ? TG_DEVICE_CUDA : TG_DEVICE_CPU;
 }
 
-/* bf16 is the top half of an IEEE float32. */
-float tg_bf16_to_f32(uint16_t value)
-{
-    uint32_t bits = (uint32_t)value << 16;
-    float out;
-    memcpy(&out, &bits, sizeof out);
-    return out;
-}
+float tg_bf16_to_f32(uint16_t value) { return tg_bf16_bits_to_float(value); }
 
-uint16_t tg_f32_to_bf16(float value)
-{
-    uint32_t bits;
-    memcpy(&bits, &value, sizeof bits);
-    if ((bits & 0x7f800000u) == 0x7f800000u && (bits & 0x007fffffu))
-        return (uint16_t)((bits >> 16) | 0x0040u);     /* keep NaN a (quiet) NaN */
-    uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u); /* round to nearest, ties to even */
-    return (uint16_t)((bits + rounding) >> 16);
-}
+uint16_t tg_f32_to_bf16(float value) { return tg_float_to_bf16_bits(value); }
 
 /* IEEE binary16: 1 sign bit, 5 exponent bits (bias 15), 10 fraction bits. */
 float tg_f16_to_f32(uint16_t value)

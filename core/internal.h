@@ -6,6 +6,7 @@
 #include "tapegrad/tensor.h"
 
 #include <stdarg.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -183,12 +184,32 @@ static inline char *tg_bytes(const tg_tensor *t)
     return (char *)t->storage->data + t->offset * tg_element_size(t->dtype);
 }
 
+/* bf16 to float and back, inline for the kernels' loops (tg_bf16_to_f32 and tg_f32_to_bf16
+ * are these): bf16 is the top half of an IEEE float32; the way back rounds to nearest, ties
+ * to even, and keeps a NaN a (quiet) NaN. */
+static inline float tg_bf16_bits_to_float(uint16_t value)
+{
+    uint32_t bits = (uint32_t)value << 16;
+    float out;
+    memcpy(&out, &bits, sizeof out);
+    return out;
+}
+
+static inline uint16_t tg_float_to_bf16_bits(float value)
+{
+    uint32_t bits;
+    memcpy(&bits, &value, sizeof bits);
+    if ((bits & 0x7f800000u) == 0x7f800000u && (bits & 0x007fffffu)) return (uint16_t)((bits >> 16) | 0x0040u);
+    uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
+    return (uint16_t)((bits + rounding) >> 16);
+}
+
 static inline double tg_load(const void *base, tg_dtype dtype, int64_t i)
 {
     switch (dtype) {
     case TG_F32: return ((const float *)base)[i];
     case TG_F64: return ((const double *)base)[i];
-    case TG_BF16: return tg_bf16_to_f32(((const uint16_t *)base)[i]);
+    case TG_BF16: return tg_bf16_bits_to_float(((const uint16_t *)base)[i]);
     case TG_I32: return ((const int32_t *)base)[i];
     case TG_F16: return tg_f16_to_f32(((const uint16_t *)base)[i]);
     default: return 0.0;
@@ -200,7 +221,7 @@ static inline void tg_store(void *base, tg_dtype dtype, int64_t i, double v)
     switch (dtype) {
     case TG_F32: ((float *)base)[i] = (float)v; break;
     case TG_F64: ((double *)base)[i] = v; break;
-    case TG_BF16: ((uint16_t *)base)[i] = tg_f32_to_bf16((float)v); break;
+    case TG_BF16: ((uint16_t *)base)[i] = tg_float_to_bf16_bits((float)v); break;
     case TG_I32: /* saturated, so that no conversion is undefined; the public functions refuse such values */
         ((int32_t *)base)[i] = v >= 2147483647.0 ? INT32_MAX : v <= -2147483648.0 ? INT32_MIN : v == v ? (int32_t)v : 0;
         break;

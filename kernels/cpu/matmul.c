@@ -14,6 +14,7 @@
  * cores, and OpenBLAS's threads, spinning between a training step's small products, would
  * take cores from them. When the environment names it, the batches run in turn. */
 #include "kernels/matmul.h"
+#include "kernels/cpu/rows.h"
 
 #include <cblas.h>
 #include <limits.h>
@@ -40,7 +41,8 @@ typedef struct {
     bool flipped; /* in place, but stored as the row-major transpose (ld is the column stride) */
     int64_t ld;
     size_t scratch_bytes;
-    void *scratch; /* each thread's own (matrix_scratch) */
+    void *scratch;       /* each thread's own (matrix_scratch) */
+    int64_t gathered_at; /* the offset whose matrix scratch holds; -1: none */
 } matrix;
 
 /* Decides how BLAS reaches the matrix. Strides of size-1 axes never matter. The output
@@ -79,6 +81,7 @@ static tg_status matrix_init(matrix *m, const tg_tensor *t, tg_dtype compute, bo
 /* A thread's scratch matrix when m goes through one; false when out of memory. */
 static bool matrix_scratch(matrix *m)
 {
+    m->gathered_at = -1;
     m->scratch = m->copied ? malloc(m->scratch_bytes) : NULL;
     return !m->copied || m->scratch;
 }
@@ -88,15 +91,20 @@ static char *matrix_base(const matrix *m, int64_t offset)
     return tg_bytes(m->t) + offset * (int64_t)tg_dtype_size(m->t->dtype);
 }
 
-/* What BLAS reads for the matrix at element `offset` of the tensor (gathered if needed). */
+/* What BLAS reads for the matrix at element `offset` of the tensor (gathered if needed). A
+ * thread gathers a matrix shared by every batch once: its offset does not change. */
 static const void *matrix_read(matrix *m, int64_t offset)
 {
-    const char *base = matrix_base(m, offset);
-    if (!m->copied) return base;
-    for (int64_t r = 0; r < m->rows; r++)
-        for (int64_t c = 0; c < m->cols; c++)
-            tg_store(m->scratch, m->compute, r * m->cols + c,
-                     tg_load(base, m->t->dtype, r * m->row_stride + c * m->col_stride));
+    if (!m->copied) return matrix_base(m, offset);
+    if (m->gathered_at == offset) return m->scratch;
+    for (int64_t r = 0; r < m->rows; r++) {
+        const int64_t at = offset + r * m->row_stride;
+        if (m->compute == TG_F64)
+            tg_load_row(m->t, at, m->col_stride, m->cols, (double *)m->scratch + r * m->cols);
+        else
+            tg_load_row_float(m->t, at, m->col_stride, m->cols, (float *)m->scratch + r * m->cols);
+    }
+    m->gathered_at = offset;
     return m->scratch;
 }
 
@@ -106,11 +114,14 @@ static void *matrix_target(matrix *m, int64_t offset) { return m->copied ? m->sc
 static void matrix_write_back(matrix *m, int64_t offset)
 {
     if (!m->copied) return;
-    char *base = matrix_base(m, offset);
-    for (int64_t r = 0; r < m->rows; r++)
-        for (int64_t c = 0; c < m->cols; c++)
-            tg_store(base, m->t->dtype, r * m->row_stride + c * m->col_stride,
-                     tg_load(m->scratch, m->compute, r * m->cols + c));
+    tg_tensor *t = (tg_tensor *)m->t; /* the output: the caller's to write */
+    for (int64_t r = 0; r < m->rows; r++) {
+        const int64_t at = offset + r * m->row_stride;
+        if (m->compute == TG_F64)
+            tg_store_row(t, at, m->col_stride, m->cols, (const double *)m->scratch + r * m->cols);
+        else
+            tg_store_row_float(t, at, m->col_stride, m->cols, (const float *)m->scratch + r * m->cols);
+    }
 }
 
 /* Element offset in t of batch number `index` (row-major over out's batch axes);

@@ -1,6 +1,7 @@
 /* kernels/cpu/rows.h: a strided row of a tensor read into doubles (or floats) and written
  * back, with one dtype switch per row instead of one per element (f32 and f64 get plain
- * loops the compiler vectorises; other dtypes go through tg_load and tg_store). */
+ * loops the compiler vectorises, and bf16 too in the float rows; other dtypes go through
+ * tg_load and tg_store). */
 #ifndef TAPEGRAD_KERNELS_CPU_ROWS_H
 #define TAPEGRAD_KERNELS_CPU_ROWS_H
 
@@ -46,6 +47,9 @@ static inline void tg_load_row_float(const tg_tensor *t, int64_t at, int64_t ste
     if (t->dtype == TG_F32) {
         const float *p = (const float *)base + at;
         for (int64_t i = 0; i < n; i++) out[i] = p[i * step];
+    } else if (t->dtype == TG_BF16) {
+        const uint16_t *p = (const uint16_t *)base + at;
+        for (int64_t i = 0; i < n; i++) out[i] = tg_bf16_bits_to_float(p[i * step]);
     } else {
         for (int64_t i = 0; i < n; i++) out[i] = (float)tg_load(base, t->dtype, at + i * step);
     }
@@ -58,6 +62,9 @@ static inline void tg_store_row_float(tg_tensor *t, int64_t at, int64_t step, in
     if (t->dtype == TG_F32) {
         float *p = (float *)base + at;
         for (int64_t i = 0; i < n; i++) p[i * step] = values[i];
+    } else if (t->dtype == TG_BF16) {
+        uint16_t *p = (uint16_t *)base + at;
+        for (int64_t i = 0; i < n; i++) p[i * step] = tg_float_to_bf16_bits(values[i]);
     } else {
         for (int64_t i = 0; i < n; i++) tg_store(base, t->dtype, at + i * step, values[i]);
     }
