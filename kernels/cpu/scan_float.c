@@ -94,13 +94,7 @@ static void load_run(const tg_tensor *v, int64_t at, int64_t step, int64_t count
         for (int64_t i = 0; i < count; i++) x[i * x_step] = p[i * step];
     } else if (v->dtype == TG_BF16) {
         const uint16_t *p = (const uint16_t *)base + at;
-        for (int64_t i = 0; i < count; i++) {
-            union {
-                uint32_t bits;
-                float value;
-            } f = {(uint32_t)p[i * step] << 16};
-            x[i * x_step] = f.value;
-        }
+        for (int64_t i = 0; i < count; i++) x[i * x_step] = tg_bf16_bits_to_float(p[i * step]);
     } else {
         for (int64_t i = 0; i < count; i++) x[i * x_step] = (float)tg_load(base, v->dtype, at + i * step);
     }
