@@ -42,6 +42,11 @@ struct tg_storage {
  * fixed order, so that results do not depend on the thread count. */
 typedef void (*tg_range_fn)(void *context, int64_t begin, int64_t end);
 void tg_parallel_ranges(int64_t n, int64_t min_per_thread, tg_range_fn fn, void *context);
+/* CPUs' worth of time the process's control groups allow, rounded up (core/cpu_quota.c):
+ * the tightest cgroup v2 cpu.max or v1 CFS quota on its groups' paths, read from the
+ * /proc/self/cgroup-style file proc_cgroup and the hierarchy mounted at cgroup_root
+ * (/sys/fs/cgroup); 0 when none is set or nothing can be read. */
+int64_t tg_cgroup_cpu_limit(const char *proc_cgroup, const char *cgroup_root);
 
 /* ---- device memory (core/device.c) ------------------------------------------------
  * Host memory comes from malloc or a tape's arena; CUDA memory from a caching

@@ -24,14 +24,20 @@ static int requested_threads; /* 0: the default */
 
 /* The CPUs this process may run on: its affinity mask where the system has one (taskset, a
  * container's cpuset), so that a program given 2 of 64 cores starts 2 threads, not 64 that
- * would take turns on them; else the online CPUs. */
+ * would take turns on them; else the online CPUs. On Linux, no more than its control
+ * groups' CPU quota allows (a container's CPU limit). */
 static long usable_cpus(void)
 {
 #ifdef __linux__
     cpu_set_t allowed;
-    if (sched_getaffinity(0, sizeof allowed, &allowed) == 0 && CPU_COUNT(&allowed) > 0) return CPU_COUNT(&allowed);
-#endif
+    long cpus = sched_getaffinity(0, sizeof allowed, &allowed) == 0 && CPU_COUNT(&allowed) > 0
+                    ? CPU_COUNT(&allowed)
+                    : sysconf(_SC_NPROCESSORS_ONLN);
+    const int64_t quota = tg_cgroup_cpu_limit("/proc/self/cgroup", "/sys/fs/cgroup");
+    return quota > 0 && quota < cpus ? (long)quota : cpus;
+#else
     return sysconf(_SC_NPROCESSORS_ONLN);
+#endif
 }
 
 static int default_threads(void)

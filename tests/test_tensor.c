@@ -1,12 +1,13 @@
 /* Tensors: creation, dtypes and bf16 conversion, strides and views, host copies, size
- * overflow, the errors of the creation functions, the host memory count under threads, and
- * the default CPU thread count. */
+ * overflow, the errors of the creation functions, the host memory count under threads, the
+ * default CPU thread count and the control groups' CPU quota it respects. */
 #define _GNU_SOURCE /* sched_setaffinity, CPU_SET */
 #include "test_util.h"
 
 #include <pthread.h>
 #ifdef __linux__
 #include <sched.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #endif
@@ -14,6 +15,7 @@
 #include "core/internal.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -289,8 +291,108 @@ Test(tensor, the_default_thread_count_is_the_cpus_the_process_may_run_on)
     cpu_set_t allowed;
     cr_assert_eq(sched_getaffinity(0, sizeof allowed, &allowed), 0);
     cr_assert_eq(default_threads_on(1), 1, "one CPU allowed");
-    if (CPU_COUNT(&allowed) >= 2) cr_assert_eq(default_threads_on(2), 2, "two CPUs allowed");
+    const int64_t quota = tg_cgroup_cpu_limit("/proc/self/cgroup", "/sys/fs/cgroup");
+    if (CPU_COUNT(&allowed) >= 2)
+        cr_assert_eq(default_threads_on(2), quota == 1 ? 1 : 2, "two CPUs allowed (a quota of %lld)", (long long)quota);
 #else
     cr_skip_test("CPU affinity: Linux only");
+#endif
+}
+
+/* ---- control groups' CPU quota ------------------------------------------------------------- */
+
+#ifdef __linux__
+/* Writes text to root/relative, making its directories. */
+static void write_at(const char *root, const char *relative, const char *text)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", root, relative);
+    for (char *slash = strchr(path + strlen(root) + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
+        *slash = '\0';
+        mkdir(path, 0700);
+        *slash = '/';
+    }
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "cannot write %s", path);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void remove_tree(const char *root)
+{
+    char command[600];
+    snprintf(command, sizeof command, "rm -rf '%s'", root);
+    cr_assert_eq(system(command), 0);
+}
+
+static char *fresh_directory(void)
+{
+    static char dir[64];
+    strcpy(dir, "/tmp/tg-cgroup-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    return dir;
+}
+#endif
+
+Test(tensor, cgroup_cpu_quotas_are_read_as_the_tightest_on_the_path_rounded_up)
+{
+#ifdef __linux__
+    for (int trial = 0; trial < 20; trial++) {
+        const char *root = fresh_directory();
+        char cgroup[256], fs[256], text[64];
+        snprintf(cgroup, sizeof cgroup, "%s/cgroup", root);
+        snprintf(fs, sizeof fs, "%s/fs", root);
+        const int64_t period = tt_randint(1000, 1000000);
+        const int64_t parent_quota = tt_randint(1, 64 * period), child_quota = tt_randint(1, 64 * period);
+        const bool v2 = trial % 2 == 0;
+        if (v2) {
+            write_at(root, "cgroup", "0::/a/b\n");
+            snprintf(text, sizeof text, "%lld %lld\n", (long long)parent_quota, (long long)period);
+            write_at(root, "fs/a/cpu.max", text);
+            snprintf(text, sizeof text, "%lld %lld\n", (long long)child_quota, (long long)period);
+            write_at(root, "fs/a/b/cpu.max", trial % 4 == 0 ? "max 100000\n" : text);
+        } else {
+            write_at(root, "cgroup", "5:memory:/a/b\n3:cpu,cpuacct:/a/b\n");
+            snprintf(text, sizeof text, "%lld\n", (long long)period);
+            write_at(root, "fs/cpu,cpuacct/a/cpu.cfs_period_us", text);
+            write_at(root, "fs/cpu,cpuacct/a/b/cpu.cfs_period_us", text);
+            snprintf(text, sizeof text, "%lld\n", (long long)parent_quota);
+            write_at(root, "fs/cpu,cpuacct/a/cpu.cfs_quota_us", text);
+            snprintf(text, sizeof text, "%lld\n", (long long)child_quota);
+            write_at(root, "fs/cpu,cpuacct/a/b/cpu.cfs_quota_us", trial % 4 == 1 ? "-1\n" : text);
+        }
+        const bool child_unlimited = trial % 4 < 2;
+        const int64_t tightest = child_unlimited || parent_quota < child_quota ? parent_quota : child_quota;
+        const int64_t expected = (tightest + period - 1) / period; /* whole CPUs, rounded up */
+        cr_assert_eq(tg_cgroup_cpu_limit(cgroup, fs), expected, "quota %lld of %lld (%s)", (long long)tightest,
+                     (long long)period, v2 ? "v2" : "v1");
+        remove_tree(root);
+    }
+#else
+    cr_skip_test("control groups: Linux only");
+#endif
+}
+
+Test(tensor, cgroups_without_a_quota_or_a_readable_hierarchy_set_no_limit)
+{
+#ifdef __linux__
+    const char *root = fresh_directory();
+    char cgroup[256], fs[256];
+    snprintf(cgroup, sizeof cgroup, "%s/cgroup", root);
+    snprintf(fs, sizeof fs, "%s/fs", root);
+    cr_assert_eq(tg_cgroup_cpu_limit(cgroup, fs), 0, "no /proc/self/cgroup");
+    write_at(root, "cgroup", "0::/a\n1:cpu:/a\n");
+    cr_assert_eq(tg_cgroup_cpu_limit(cgroup, fs), 0, "no hierarchy");
+    write_at(root, "fs/a/cpu.max", "max 100000\n");
+    write_at(root, "fs/cpu/a/cpu.cfs_quota_us", "-1\n");
+    write_at(root, "fs/cpu/a/cpu.cfs_period_us", "100000\n");
+    cr_assert_eq(tg_cgroup_cpu_limit(cgroup, fs), 0, "unlimited in both versions");
+    /* A container's own path is not visible inside it: its limit is at the hierarchy's root. */
+    write_at(root, "cgroup", "0::/docker/0123abcd\n");
+    write_at(root, "fs/cpu.max", "250000 100000\n");
+    cr_assert_eq(tg_cgroup_cpu_limit(cgroup, fs), 3, "2.5 CPUs at the root");
+    remove_tree(root);
+#else
+    cr_skip_test("control groups: Linux only");
 #endif
 }

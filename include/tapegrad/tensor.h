@@ -107,7 +107,8 @@ TG_API tg_device tg_device_resolve(tg_device device);
 /* CPU threads the CPU kernels may use (the selective scan splits its batch rows over them,
  * conv1d its channels, RMSNorm and the float cross-entropy their rows, matmul its batches). Default: the environment's TG_NUM_THREADS, else
  * the CPUs the process may run on (its affinity mask on Linux, as taskset or a container's
- * cpuset set it; elsewhere the online CPUs), counted once. Results are the same bits for any
+ * cpuset set it, and no more than its control groups' CPU quota, as `docker --cpus` sets it,
+ * rounded up; elsewhere the online CPUs), counted once. Results are the same bits for any
  * count. n < 1 restores the default; n above 64 is taken as 64.
  * OpenBLAS, which the CPU matmul calls, runs on one thread unless OPENBLAS_NUM_THREADS or
  * OMP_NUM_THREADS is set. */
