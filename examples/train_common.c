@@ -53,8 +53,10 @@ static int all_flags(train_program *program, train_flag *flags)
         {"d-model", TRAIN_INT, &o->d_model, "N", "model width (d_inner is twice that)", 1, 1 << 16, TRAIN_FIXED},
         {"d-state", TRAIN_INT, &o->d_state, "N", "state size of the selective scan, per channel", 1, 1024, TRAIN_FIXED},
         {"lr", TRAIN_REAL, &o->lr, "X", "peak learning rate of AdamW", 0, 10, TRAIN_RESTORED},
-        {"warmup", TRAIN_INT, &o->warmup, "N", "linear warm-up steps, then a cosine to 10% of --lr", -1, big,
-         TRAIN_RESTORED, "5% of --steps"},
+        {"warmup", TRAIN_INT, &o->warmup, "N", "linear warm-up steps, then the --schedule", -1, big, TRAIN_RESTORED,
+         "5% of --steps"},
+        {"schedule", TRAIN_CHOICE, &o->schedule, "cosine|constant",
+         "after the warm-up: a cosine to 10% of --lr at --steps, or --lr throughout", 0, 0, TRAIN_RESTORED},
         {"weight-decay", TRAIN_REAL, &o->weight_decay, "X", "AdamW's decoupled weight decay", 0, 10, TRAIN_RESTORED},
         {"seed", TRAIN_INT, &o->seed, "N", "seeds the parameters, the data and the evaluation", 0, 1e18,
          TRAIN_RESTORED},
@@ -466,8 +468,8 @@ static tg_optim *create_optimizer(const train_session *s)
     tg_optim_config config = tg_adamw_config(o->lr);
     config.weight_decay = o->weight_decay; /* biases, norms, A_log, D and the embedding never decay */
     config.max_grad_norm = CLIP_NORM;
-    config.schedule = (tg_schedule){TG_SCHEDULE_COSINE, .warmup_steps = o->warmup, .total_steps = o->steps,
-                                    .min_factor = COSINE_FLOOR};
+    config.schedule = (tg_schedule){o->schedule == 1 ? TG_SCHEDULE_CONSTANT : TG_SCHEDULE_COSINE,
+                                    .warmup_steps = o->warmup, .total_steps = o->steps, .min_factor = COSINE_FLOOR};
     return tg_optim_create(s->params, &config);
 }
 
@@ -488,11 +490,12 @@ static void print_summary(const train_session *s, int64_t vocab_size)
     fprintf(stderr, "%s: Mamba LM, %lld layers, d_model %lld, d_state %lld, vocab %lld: %lld parameters, on %s\n",
             s->program->name, (long long)o->layers, (long long)o->d_model, (long long)o->d_state, (long long)vocab_size,
             (long long)tg_params_numel(s->params), tg_device_name(s->device));
+    char after_warmup[64] = "then constant";
+    if (o->schedule == 0) snprintf(after_warmup, sizeof after_warmup, "cosine to %g", o->lr * COSINE_FLOOR);
     fprintf(stderr,
-            "training: %lld steps of %lld x %lld tokens, AdamW lr %g (warm-up %lld steps, cosine to %g), "
-            "clipping at %g, %s%s\n",
-            (long long)o->steps, (long long)o->batch, (long long)o->seq_len, o->lr, (long long)o->warmup,
-            o->lr * COSINE_FLOOR, CLIP_NORM, o->precision == 1 ? "bf16 (f32 master weights)" : "f32",
+            "training: %lld steps of %lld x %lld tokens, AdamW lr %g (warm-up %lld steps, %s), clipping at %g, %s%s\n",
+            (long long)o->steps, (long long)o->batch, (long long)o->seq_len, o->lr, (long long)o->warmup, after_warmup,
+            CLIP_NORM, o->precision == 1 ? "bf16 (f32 master weights)" : "f32",
             s->device == TG_DEVICE_CUDA && o->graph == 1 ? ", each step one CUDA graph" : "");
     if (o->resume) fprintf(stderr, "resumed from %s at step %lld\n", o->resume, (long long)s->step);
     const int world = tg_dist_world_size(s->dist);

@@ -68,6 +68,7 @@ typedef struct {
     /* the run's model and training (saved in checkpoints) */
     int64_t steps, batch, seq_len, layers, d_model, d_state, warmup, seed;
     int64_t precision; /* 0: f32, 1: bf16 (parameters stored in bf16, the optimizer's f32 master copy) */
+    int64_t schedule;  /* after the warm-up: 0, a cosine to 10% of lr at --steps; 1, lr throughout */
     double lr, weight_decay;
     /* this run only */
     tg_device device;
@@ -130,8 +131,8 @@ typedef struct train_session {
 } train_session;
 
 /* Builds the Mamba LM (vocab_size, --layers, --d-model) on --device, the optimizer
- * (AdamW, --lr with --warmup and a cosine to 10% at --steps, --weight-decay, clipping at
- * 1.0), the tape and the data generator (seeded from --seed); loads --resume; opens
+ * (AdamW, --lr with --warmup and then a cosine to 10% at --steps or a constant rate,
+ * --weight-decay, clipping at 1.0), the tape and the data generator (seeded from --seed); loads --resume; opens
  * --csv (appending when resuming into an existing file); prints what it built. NULL
  * (with a message on stderr) on failure. */
 train_session *train_open(const train_program *program, int64_t vocab_size);

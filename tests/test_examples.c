@@ -339,6 +339,60 @@ Test(examples, resuming_refuses_another_model_or_program)
                    (const char *const[]){"a checkpoint of train_selective_copy", "not of train_induction", NULL});
 }
 
+/* ---- the learning-rate schedule --------------------------------------------------------------------- */
+
+/* The lr column of a run's CSV, rates[1 .. steps]. */
+static void csv_rates(const char *csv, int64_t steps, double *rates)
+{
+    int n;
+    char **lines = csv_lines(csv, &n);
+    cr_assert_eq(n, steps + 1, "%d CSV lines for %lld steps", n, (long long)steps);
+    for (int i = 1; i < n; i++) {
+        char f[64];
+        field(lines[i], 3, f, sizeof f);
+        rates[i] = atof(f);
+    }
+    csv_free(lines, n);
+}
+
+Test(examples, a_constant_schedule_holds_the_rate_after_the_warm_up_and_resumes_so)
+{
+    enum { MAX_STEPS = 16 };
+    const int64_t steps = tt_randint(8, MAX_STEPS), warmup = tt_randint(1, 4), stop = tt_randint(warmup + 1, steps - 2);
+    const double lr = 1e-3 * (double)tt_randint(1, 9);
+    char lr_text[32], *csv = path("constant.csv"), *cosine_csv = path("cosine.csv"),
+                      *ckpt = path("constant.safetensors");
+    snprintf(lr_text, sizeof lr_text, "%g", lr);
+    run_result a =
+        run("train_selective_copy", TINY_COPY, "--steps", text_of(steps), "--warmup", text_of(warmup), "--lr", lr_text,
+            "--schedule", "constant", "--stop-at", text_of(stop), "--csv", csv, "--ckpt", ckpt, NULL);
+    cr_assert_eq(a.code, 0, "stderr:\n%s", a.err);
+    cr_assert(strstr(a.err, "then constant"), "stderr:\n%s", a.err);
+    /* The rest of the run: the checkpoint brings the schedule back. */
+    run_result b = run("train_selective_copy", "--device", "cpu", "--resume", ckpt, "--csv", csv, NULL);
+    cr_assert_eq(b.code, 0, "stderr:\n%s", b.err);
+    run_result c = run("train_selective_copy", TINY_COPY, "--steps", text_of(steps), "--warmup", text_of(warmup),
+                       "--lr", lr_text, "--csv", cosine_csv, NULL);
+    cr_assert_eq(c.code, 0, "stderr:\n%s", c.err);
+    run_free(&a), run_free(&b), run_free(&c);
+
+    double constant[MAX_STEPS + 1], cosine[MAX_STEPS + 1];
+    csv_rates(csv, steps, constant);
+    csv_rates(cosine_csv, steps, cosine);
+    for (int64_t i = 1; i <= steps; i++) {
+        const double expected = i <= warmup ? lr * (double)i / (double)warmup : lr;
+        cr_assert_float_eq(constant[i], expected, 1e-9 * lr, "step %lld of %lld (warm-up %lld): lr %g, not %g",
+                           (long long)i, (long long)steps, (long long)warmup, constant[i], expected);
+        /* The cosine of docs/training.md at schedule index i − 1, from 1 down to 10% at --steps. */
+        const double half_turns = (double)(i - 1 - warmup) / (double)(steps - warmup);
+        const double cosine_expected =
+            i <= warmup ? expected : lr * (0.1 + 0.9 * 0.5 * (1 + cos(3.14159265358979323846 * half_turns)));
+        cr_assert_float_eq(cosine[i], cosine_expected, 1e-9 * lr,
+                           "step %lld of %lld (warm-up %lld): cosine lr %g, not %g", (long long)i, (long long)steps,
+                           (long long)warmup, cosine[i], cosine_expected);
+    }
+}
+
 /* ---- train_induction's table ------------------------------------------------------------------------ */
 
 Test(examples, induction_prints_the_extrapolation_table)
