@@ -14,11 +14,12 @@
 #                            announced through PKG_CONFIG_SYSROOT_DIR, pkg-config also prefixes the
 #                            freshly installed tapegrad.pc's paths, so that packaging test fails;
 #                            CTEST_INCLUDE, a ctest -R regex, runs only the tests it matches
-#   memcheck-test_cuda_conv1d-N, racecheck-test_cuda_conv1d-N, racecheck-test_cuda_scan
+#   memcheck-test_cuda_conv1d-N, racecheck-test_cuda_conv1d-N, racecheck-test_cuda_scan-N
 #                            compute-sanitizer on the CUDA conv1d and scan tests (--jobs 1;
 #                            every sanitizer step runs at the same time as the others; the
-#                            conv1d tests are dealt into SANITIZE_SHARDS processes, default 4,
-#                            steps -1 to -4, since one racecheck of them all outlasts the budget);
+#                            conv1d tests, and the scan tests for racecheck, are dealt into
+#                            SANITIZE_SHARDS processes, default 4, steps -1 to -4, since one
+#                            racecheck of either binary's tests outlasts the budget);
 #                            racecheck leaves out the conv1d test of tensors beyond 2^31
 #                            elements (minutes on its 6 GB tensors; memcheck takes 2 s) and
 #                            the grid-limit one (131071 rows of 512 steps, about a minute: its
@@ -317,7 +318,7 @@ else
             skip_step sanitize-test_cuda_conv1d "build/tests/test_cuda_conv1d not built"
         fi
         # The scan kernels share memory between threads too: racecheck them (and memcheck below).
-        [ -x build/tests/test_cuda_scan ] && sanitize racecheck build/tests/test_cuda_scan "$limit"
+        [ -x build/tests/test_cuda_scan ] && sanitize_sharded racecheck build/tests/test_cuda_scan "$limit" ""
         for binary in "${cuda_tests[@]}"; do # SANITIZE_OTHERS=0: the conv1d kernels only
             [ "${SANITIZE_OTHERS:-1}" = 0 ] || [ "$(basename "$binary")" = test_cuda_conv1d ] ||
                 sanitize memcheck "$binary" "$limit"
