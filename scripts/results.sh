@@ -21,6 +21,14 @@
 #               copying-N: the same with N noise tokens (1024 and 256 by default)
 #   char        a 4-layer, d_model 256 character model of the King James Bible, then 600
 #               sampled characters (CHAR_STEPS)
+# and, named in RESULTS_RUNS only (S is the seed):
+#   copying-curriculum-S   Selective Copying at 4096 noise tokens reached by a length
+#               curriculum: 16,000 steps in bf16, the first 3,000 with 256 noise tokens and the
+#               next 2,000 with 1024, each stage resuming the last one's checkpoint
+#   induction-paper-S      Induction Heads with the paper's recipe: batch 8, constant lr 1e-3,
+#               no warm-up or weight decay, 204,800 steps, tested to 2^20; continues from
+#               OUTDIR/induction-paper-S.safetensors when it is there, and stops after step
+#               RESULTS_STOP_AT when that is set (a run longer than one job, in parts)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -44,6 +52,10 @@ bin=./build-results
 induction=(--device cuda --seq-len 256 --layers 2 --d-model 64 --d-state 16 --batch 32 --lr 2e-3)
 copying=(--device cuda --seq-len 4128 --copy 16 --layers 2 --d-model 64 --d-state 16 --batch 64 --lr 2e-3
     --eval-rows 256)
+paper_induction=(--device cuda --seq-len 256 --layers 2 --d-model 64 --d-state 16 --batch 8 --lr 1e-3 --schedule constant
+    --warmup 0 --weight-decay 0 --steps 204800 --eval-every 8192 --eval-max-log2 20)
+curriculum=(--device cuda --copy 16 --layers 2 --d-model 64 --d-state 16 --batch 64 --lr 2e-3 --eval-rows 256
+    --precision bf16 --steps 16000 --eval-every 1000)
 char=(--device cuda --data data/kjv.txt --seq-len 256 --layers 4 --d-model 256 --d-state 16 --batch 32
     --lr 2e-3 --weight-decay 0.1)
 
@@ -109,6 +121,19 @@ for name in ${RESULTS_RUNS:-char induction copying copying-1024 copying-256}; do
     copying) # the paper's length: 4096 noise tokens
         run copying train_selective_copy "${copying[@]}" --steps "${COPYING_STEPS:-10000}" --eval-every 500 \
             --lr "${COPYING_LR:-2e-3}" || status=1 ;;
+    copying-curriculum-*) # three stages of one run, in one CSV
+        seed=${name#copying-curriculum-}
+        ckpt="$out/$name.safetensors"
+        run "$name" train_selective_copy "${curriculum[@]}" --seed "$seed" --seq-len 288 --stop-at 3000 --ckpt "$ckpt" &&
+            run "$name" train_selective_copy --device cuda --resume "$ckpt" --seq-len 1056 --stop-at 5000 --ckpt "$ckpt" &&
+            run "$name" train_selective_copy --device cuda --resume "$ckpt" --seq-len 4128 --ckpt "$ckpt" || status=1 ;;
+    induction-paper-*)
+        seed=${name#induction-paper-}
+        ckpt="$out/$name.safetensors"
+        from=("${paper_induction[@]}" --seed "$seed")
+        [ -f "$ckpt" ] && from=(--device cuda --resume "$ckpt")
+        run "$name" train_induction "${from[@]}" --ckpt "$ckpt" --ckpt-every 8192 \
+            ${RESULTS_STOP_AT:+--stop-at "$RESULTS_STOP_AT"} || status=1 ;;
     copying-*) # shorter: copying-N has N noise tokens
         noise=${name#copying-}
         run "$name" train_selective_copy "${copying[@]}" --seq-len $((noise + 32)) --steps "${COPYING_STEPS:-10000}" \
