@@ -132,9 +132,9 @@ typedef struct train_session {
 
 /* Builds the Mamba LM (vocab_size, --layers, --d-model) on --device, the optimizer
  * (AdamW, --lr with --warmup and then a cosine to 10% at --steps or a constant rate,
- * --weight-decay, clipping at 1.0), the tape and the data generator (seeded from --seed); loads --resume; opens
- * --csv (appending when resuming into an existing file); prints what it built. NULL
- * (with a message on stderr) on failure. */
+ * --weight-decay, clipping at 1.0), the tape and the data generator (seeded from --seed);
+ * loads --resume; opens --csv (appending when resuming into an existing file); prints what
+ * it built. NULL (with a message on stderr) on failure. */
 train_session *train_open(const train_program *program, int64_t vocab_size);
 
 /* Whether another step is to run: false at --steps, or at --stop-at (a run stopped there
