@@ -39,6 +39,9 @@ static double directory_limit(const char *dir, bool v2)
     return quota > 0 && period > 0 ? quota / period : 0; /* "max" and -1 fail the test */
 }
 
+/* The tighter of two limits, where 0 is none. */
+static double tighter(double a, double b) { return a > 0 && (b == 0 || a < b) ? a : b; }
+
 /* The tightest limit on the way from mount/group up to mount itself (a limit set on a
  * parent binds its children; inside a container the group's own path may not exist and
  * the mount's root holds the container's limit), or 0 when none is set. */
@@ -49,8 +52,7 @@ static double tightest_limit(const char *mount, const char *group, bool v2)
     const size_t mount_length = strlen(mount);
     double tightest = 0;
     for (;;) {
-        const double limit = directory_limit(dir, v2);
-        if (limit > 0 && (tightest == 0 || limit < tightest)) tightest = limit;
+        tightest = tighter(directory_limit(dir, v2), tightest);
         char *slash = strrchr(dir, '/');
         if (!slash || (size_t)(slash - dir) < mount_length) break;
         *slash = '\0';
@@ -81,18 +83,18 @@ int64_t tg_cgroup_cpu_limit(const char *proc_cgroup, const char *cgroup_root)
         char *controllers = strchr(line, ':'), *group = controllers ? strchr(controllers + 1, ':') : NULL;
         if (!group) continue;
         controllers++;
-        double limit = 0;
-        if (group == controllers) { /* "0::/path": the unified (v2) hierarchy */
-            limit = tightest_limit(cgroup_root, group + 1, true);
-        } else if (names_cpu_controller(controllers, (size_t)(group - controllers))) {
-            snprintf(mount, sizeof mount, "%s/%.*s", cgroup_root, (int)(group - controllers), controllers);
-            limit = tightest_limit(mount, group + 1, false);
-            if (limit == 0) { /* mounted under the controller's own name */
+        const size_t length = (size_t)(group - controllers);
+        if (length == 0) { /* "0::/path": the unified (v2) hierarchy */
+            tightest = tighter(tightest_limit(cgroup_root, group + 1, true), tightest);
+        } else if (names_cpu_controller(controllers, length)) {
+            snprintf(mount, sizeof mount, "%s/%.*s", cgroup_root, (int)length, controllers);
+            double limit = tightest_limit(mount, group + 1, false);
+            if (limit == 0 && length != 3) { /* "cpu,cpuacct" may be mounted as "cpu" alone */
                 snprintf(mount, sizeof mount, "%s/cpu", cgroup_root);
                 limit = tightest_limit(mount, group + 1, false);
             }
+            tightest = tighter(limit, tightest);
         }
-        if (limit > 0 && (tightest == 0 || limit < tightest)) tightest = limit;
     }
     fclose(f);
     return tightest > 0 ? (int64_t)ceil(tightest - 1e-9) : 0;
